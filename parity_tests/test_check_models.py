@@ -674,6 +674,42 @@ def test_transformers_mixtures_of_experts_pass(model, monkeypatch):
     assert not any("vacuous" in r.name for r in result.rows), str(result)
 
 
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "family, overrides, kind",
+    [
+        ("deepseek_v3", dict(qk_rope_head_dim=8), "yarn"),  # 4 frequencies on YaRN's ramp: no plain base fits them
+        ("gpt_oss", {}, "yarn"),  # as released but small: a window of 3 beside its sink column, swiglu_limit 1.5
+        ("llama", dict(head_dim=16, rope_parameters=LLAMA3), "llama3"),
+        ("qwen2", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+                                        "original_max_position_embeddings": 32}), "yarn"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("wrong", [False, True])
+def test_transformers_scaled_rope_is_read_from_the_config_it_states(family, overrides, kind, wrong, tmp_path):
+    """transformers' models whose config states a scaled RoPE (rope_parameters: YaRN, llama3) pass, the scaling read
+    from the config and its frequencies matched to the module's inv_freq (overwritten in float64); the same model
+    turning by plain frequencies at that base (its inv_freq replaced) fails at the first attention."""
+    from parity_tests import hf_compare as H
+
+    model = H.build_tiny(family, tmp_path, **overrides)
+    if wrong:
+        rotary = model.model.rotary_emb
+        plain = rotary.inv_freq.numel() * 2
+        rotary.inv_freq.copy_(model.config.rope_parameters["rope_theta"] ** (-torch.arange(0, plain, 2) / plain))
+    result = check.module(model, "transformer_lm")
+    if wrong:
+        assert not result.passed and "model.layers.0.self_attn" in str(result), str(result)
+        return
+    assert result.passed and result.config.rope_scaling.rope_type == kind, str(result)
+    assert any(f"{kind}-scaled RoPE inverse frequencies" in n for n in result.notes), result.notes
+    if family == "gpt_oss":
+        assert (result.config.sliding_window, result.config.swiglu_limit) == (3, 1.5), str(result)
+
+
 def _silu_on_up_in_expert_2(self, hidden, top_k_index, top_k_weights):
     """transformers' eager experts' loop (MixtralExperts.forward's), expert 2 with silu on its up projection."""
     out = torch.zeros_like(hidden)

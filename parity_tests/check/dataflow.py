@@ -26,6 +26,7 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import sys
 from collections.abc import Iterator
@@ -57,6 +58,7 @@ MHA = {"multi_head_attention_forward", "_native_multi_head_attention"}  # nn.Mul
 ADDS = {"add", "__add__", "__radd__", "__iadd__", "add_"}
 MULS = {"mul", "__mul__", "__rmul__", "mul_", "__imul__"}
 DIVS = {"div", "__truediv__", "div_", "__itruediv__"}
+SUBS = {"sub", "__sub__", "sub_", "__isub__"}
 SPLITS = {"chunk", "split", "unbind"}
 SINK_AT_ZERO = "(a sink logit at 0: a 1 in the softmax's denominator)"
 TURNS = {"cos", "sin", "polar"}  # the ops that make RoPE's tables
@@ -152,6 +154,10 @@ class _Recorder(TorchFunctionMode):
             return _rows_read(args[1], args[0].shape)
         if name in MHA | {SDPA}:
             return _attention_args(name, args, kwargs)
+        if name in ("clamp", "clamp_max"):  # the upper bound
+            at = 2 if name == "clamp" else 1
+            bound = kwargs.get("max", args[at] if len(args) > at else None)
+            return float(bound) if isinstance(bound, (int, float)) else None
         if name == "baddbmm":  # how much of the tensor it adds (0: none, HF's scores on an empty tensor)
             return float(kwargs.get("beta", 1))
         if name in ADDS | MULS | DIVS and parents == 1:  # a number added (Gemma's 1 + weight), multiplied by
@@ -442,9 +448,11 @@ class Flow:
         gates = [p for c in after if c.op in MULS for p in c.parents]
         return any(n.op == "topk" for n in walk(gates, chose))
 
-    def clamped(self, weight: str) -> bool:
-        """Whether the input of a product reading `weight` is clamped on its way (GPT-OSS's clamped SwiGLU)."""
-        return any(n.op.startswith("clamp") for n in _activations(self._products(weight)[0]))
+    def clamped(self, weight: str) -> float | None:
+        """The bound the input of a product reading `weight` is clamped to on its way (GPT-OSS's clamped SwiGLU: its
+        swiglu_limit, read from the op; inf where it bounds nothing above); None where it is not clamped."""
+        bounds = [n.value for n in _activations(self._products(weight)[0]) if n.op.startswith("clamp")]
+        return min((b for b in bounds if isinstance(b, float)), default=math.inf) if bounds else None
 
     def picked_bias(self, weight: str) -> str | None:
         """The parameter whose picked rows are added to the products reading `weight` (a stacked expert's bias)."""
@@ -575,8 +583,8 @@ class Flow:
         """The keys (T, S) each query of a softmax or an attention op sees in some sequence and head: a score above
         -1e3 (GPT-OSS's sink column left out); the op's mask (_attention_args), below the diagonal with is_causal."""
         scores = node.parents[0] if node.op in SOFTMAX and node.parents else None
-        behind = walk([scores] if scores is not None else [], lambda n: n.parents if n.op in VIEWS else [])
-        joined = next((n for n in behind if n.op == "cat"), None)
+        behind = walk([scores] if scores is not None else [], lambda n: n.parents[:1] if n.op in VIEWS | SUBS else [])
+        joined = next((n for n in behind if n.op == "cat"), None)  # (GPT-OSS's, its row maximum taken off)
         scores = max(joined.parents, key=lambda n: n.shape[-1:]) if joined is not None and joined.parents else scores
         if scores is not None and scores.index in self.values:
             seen = self.values[scores.index].detach() > -1e3

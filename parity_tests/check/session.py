@@ -70,9 +70,18 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
     rope = is_module and entry.heads and entry.group != "stacks"  # RoPE tables read (and overwritten)
     flow = found.flow  # the cos, sin or complex tables the forward computed give their base too
     computed = [flow.values[n.index] for n in flow.nodes if n.op in ("cos", "sin", "polar")] if flow else []
+    scaled = TB.stated_scaling(user) if rope and "rope_scaling" not in given else None
+    if scaled is not None:  # transformers' config states a scaled RoPE (DeepSeek's YaRN, Llama 3.1's llama3)
+        theta, scaling = given.get("rope_theta", scaled[0]), scaled[1]
+        cfg = dataclasses.replace(cfg, positional="rope", rope_theta=theta, rope_scaling=scaling)
+        notes.append(f"RoPE scaled as the module's config states: {scaling.rope_type}, base {theta:g}")
+    first = cfg.rope_theta if scaled is not None else given.get("rope_theta")
     rope64, thetas, rotary, orders = (
-        TB.rope(user, cfg.d_head, given.get("rope_theta"), notes, computed) if rope else ({}, [], None, {})
+        TB.rope(user, cfg.d_head, first, notes, computed, cfg.rope_scaling if scaled else None)
+        if rope
+        else ({}, [], None, {})
     )
+    thetas = thetas[:1] if scaled is not None else thetas
     if rotary is not None and "rotary_dim" not in stated(given):
         cfg = dataclasses.replace(cfg, rotary_dim=rotary)
     factors = (

@@ -9,6 +9,10 @@ import math
 import numpy as np
 import torch
 
+from numpy_transformer.attention import rope_frequencies
+from transformer_spec.config import RopeScaling
+from transformer_spec.families.rope import read_scaling
+
 from . import dataflow as DF
 from .unsupported import NoPair
 from .variants import sinusoid_tables
@@ -208,13 +212,16 @@ def relabelled(value: np.ndarray, Dh: int, theta: float | None = None) -> tuple 
     return read[0], 2 * n, orders, widen(table)
 
 
-def rope_tables(theta: float, Dh: int, T: int) -> dict:
-    """The tables a module may keep for RoPE at base theta, {what: (float64 table, how far one built in float32 may
-    be from it)}: the inverse frequencies (Dh/2,); for positions 0 .. T - 1 the angles, cos and sin (T, Dh/2), or
-    (T, Dh) for the halves (Hugging Face's cat) or the pairs (interleaved); GPT-J's sin and cos side by side;
-    torchtune's cos and sin stacked (T, Dh/2, 2); Meta's complex e^(i m theta_j). Trig tables within their angles'
-    float32 rounding, the rest 1e-6 relative and absolute."""
+def rope_tables(theta: float, Dh: int, T: int, scaling: RopeScaling | None = None) -> dict:
+    """The tables a module may keep for RoPE at base theta (its frequencies scaled by `scaling`, the reference's
+    rope_frequencies), {what: (float64 table, how far one built in float32 may be from it)}: the inverse frequencies
+    (Dh/2,); for positions 0 .. T - 1 the angles, cos and sin (T, Dh/2), or (T, Dh) for the halves (Hugging Face's
+    cat) or the pairs (interleaved); GPT-J's sin and cos side by side; torchtune's cos and sin stacked (T, Dh/2, 2);
+    Meta's complex e^(i m theta_j). Trig tables within their angles' float32 rounding, the rest 1e-6 relative and
+    absolute."""
     inv = theta ** (-np.arange(0, Dh, 2, dtype=np.float64) / Dh)
+    if scaling is not None:
+        inv = rope_frequencies(Dh, theta, scaling, T, T)[0]
     angles = np.arange(T, dtype=np.float64)[:, None] * inv
     rounding = float32_angle_tolerance(angles)
     tables = {"RoPE inverse frequencies": (inv, 1e-6 + 1e-6 * inv)}
@@ -232,7 +239,8 @@ def rope_tables(theta: float, Dh: int, T: int) -> dict:
         np.stack([rounding, rounding], axis=-1),
     )
     tables["RoPE's complex rotations e^(i m theta_j)"] = np.exp(1j * angles), rounding
-    return tables
+    kind = "RoPE" if scaling is None else f"{scaling.rope_type}-scaled RoPE"
+    return {what.replace("RoPE", kind, 1): v for what, v in tables.items()}
 
 
 def scales(module, D: int, notes: list) -> dict:
@@ -267,6 +275,22 @@ def yarn_scale(module, Dh: int, factors: list) -> float | None:
     return None
 
 
+def stated_scaling(module) -> tuple[float, RopeScaling] | None:
+    """(base, scaling) of the scaled RoPE a transformers module's config states (rope_parameters or rope_scaling of
+    one kind: yarn, llama3, linear, dynamic, longrope), the first found; None where none states one it can read."""
+    for _, mod in module.named_modules():
+        config = getattr(mod, "config", None)
+        rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
+        if isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
+            base = rope.get("rope_theta", getattr(config, "rope_theta", None)) or 10000.0
+            try:
+                scaling = read_scaling(rope, "rope_parameters", aliases={"su": "longrope"})
+            except ValueError:
+                return None
+            return (float(base), scaling) if scaling is not None else None
+    return None
+
+
 def _tensors_kept(module):
     """(name, tensor) for every buffer and every plain tensor attribute (Meta's `self.freqs_cis`, which .to() does
     not convert), named by its dotted path; none that is empty (a cache made in the forward: fairseq's future mask)."""
@@ -277,7 +301,9 @@ def _tensors_kept(module):
                 yield (f"{path}.{attr}" if path else attr), value
 
 
-def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tuple[dict, list, int | None]:
+def rope(
+    module, Dh: int, first: float | None, notes: list, computed=(), scaling: RopeScaling | None = None
+) -> tuple[dict, list, int | None]:
     """The user's RoPE as its module keeps it. The bases tried: `first` (the caller's), those of the tables its
     forward computed (`computed`, a batch's first), those the module states (a base attribute, transformers' config,
     an inv_freq buffer, a table rope_table reads), then 10000. Each RoPE table kept in float32 equal to one of
@@ -312,7 +338,8 @@ def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tupl
         if Dh % 2 or buf.numel() < width // 2:
             continue
         rows = value.shape[0] if value.ndim >= 2 else 1
-        tried = ((t, what, table, tol) for t in thetas for what, (table, tol) in rope_tables(t, width, rows).items())
+        tables = ((t, rope_tables(t, width, rows, scaling)) for t in thetas)
+        tried = ((t, what, table, tol) for t, at in tables for what, (table, tol) in at.items())
         match = next(((t, what, table) for t, what, table, tol in tried if _within(value, table, tol)), None)
         if match is not None:
             theta, what, overwrite[name] = match

@@ -10,6 +10,7 @@ at zero, their gradients not compared.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -214,7 +215,7 @@ class Mixture:
     router: object
     k: int
     renorm: bool
-    clamped: bool
+    clamped: float | None  # GPT-OSS's swiglu_limit, else None
     width: int = 0
     experts: list = field(default_factory=list)
     stacked: dict = field(default_factory=dict)
@@ -516,12 +517,14 @@ def _mixture_fields(blocks: list, F: int) -> dict:
     if first is None:
         return {}
     dense = tuple(i for i, b in enumerate(blocks) if not isinstance(b, Mixture))
-    kind = "gpt_oss" if first.clamped else "swiglu"
+    kind = "gpt_oss" if first.clamped is not None else "swiglu"
+    limit = {"swiglu_limit": first.clamped} if first.clamped is not None and math.isfinite(first.clamped) else {}
     shared = first.shared[-1].in_features // first.width if first.shared else 0  # S experts F_e wide in one block
     return (
         dict(n_experts=first.router.out_features, top_k=first.k, norm_topk_prob=first.renorm, expert_kind=kind)
         | {"dense_layers": dense, "d_expert": first.width if first.width != F else None, "n_shared_experts": shared}
         | first.router_fields
+        | limit
     )
 
 

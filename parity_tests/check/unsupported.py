@@ -93,19 +93,16 @@ def _terms(rec):
         for node in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []):
             if node.op in DF.MULS and _to_scores(node):
                 yield from ((node, p, None) for p in node.parents if not _to_scores(p))
-            elif node.op in DF.ADDS | SUBS and _to_scores(node):
+            elif node.op in DF.ADDS | DF.SUBS and _to_scores(node):
                 for k, p in enumerate(node.parents):
                     if not _to_scores(p) and tuple(p.shape[-1:]) != (1,):
-                        yield node, p, _read(rec, p, -1.0 if k and node.op in SUBS else 1.0, seen)
+                        yield node, p, _read(rec, p, -1.0 if k and node.op in DF.SUBS else 1.0, seen)
             elif node.op == "baddbmm" and node.value and node.parents[0].index in rec.values:  # a recorded tensor added
                 yield node, node.parents[0], _read(rec, node.parents[0], 1.0, seen)
     for s in (n for n in rec.nodes if n.op == DF.SDPA and len(n.parents) > 3):  # a float attn_mask: added to scores
         value = rec.values.get(s.parents[3].index)
         if value is not None and value.is_floating_point():
             yield s, s.parents[3], _read(rec, s.parents[3], 1.0, rec._seen(s))
-
-
-SUBS = {"sub", "__sub__"}
 
 
 def _read(rec, term, sign: float, seen):

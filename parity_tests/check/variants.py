@@ -132,7 +132,7 @@ def multi_head_attention(
     projection's output where as wide (OLMo 2); `norms` (role "q" or "k" -> a function) puts another in one's place.
     params holding kv_b_proj.weight: DeepSeek's latent attention (latent_heads)."""
     if "kv_b_proj.weight" in params:
-        q, k, v = latent_heads(params, query, key, H, theta, rotary)
+        q, k, v = latent_heads(params, query, key, H, theta, rotary, scaling)
         return linear(merge(attention_heads(q, k, v, keep, **knobs)), params, "out_proj")
     n_kv = H if n_kv is None else n_kv
     transpose, transpose_back = {"split": (False, True), "merge": (True, False)}.get(transpose, (transpose,) * 2)
@@ -159,18 +159,19 @@ def multi_head_attention(
     return linear(merge(attention_heads(q, k, v, keep, **knobs), transpose_back), params, "out_proj")
 
 
-def latent_heads(params, query, key, H, theta, R):
+def latent_heads(params, query, key, H, theta, R, scaling=None):
     """Multi-head latent attention's heads (numpy_transformer/latent_attention.py): q (B, H, T_q, Dn + R) from
     q_proj; from kv_a_proj the latent (RMS-normalised, kv_a_norm) and the rotary key part shared by the heads;
-    kv_b_proj's latent to each head's keys (Dn) and values; the last R features of q and k turned in pairs."""
+    kv_b_proj's latent to each head's keys (Dn) and values; the last R features of q and k turned in pairs (their
+    frequencies scaled by `scaling`, rotate's)."""
     (B, T, _), C = key.shape, params["kv_a_norm.weight"].shape[0]
     low_rank = "q_a_proj.weight" in params  # V3's queries: q_a_proj, q_a_norm, q_b_proj
     x = rms_norm(linear(query, params, "q_a_proj"), params["q_a_norm.weight"], LATENT_NORM_EPS) if low_rank else query
     q, latent = split(linear(x, params, "q_b_proj" if low_rank else "q_proj"), H), linear(key, params, "kv_a_proj")
     kv = split(linear(rms_norm(latent[..., :C], params["kv_a_norm.weight"], LATENT_NORM_EPS), params, "kv_b_proj"), H)
     Dn = q.shape[-1] - R
-    q[..., Dn:] = rotate(q[..., Dn:], theta, "interleaved")
-    k_pe = np.broadcast_to(rotate(latent[:, None, :, C:], theta, "interleaved"), (B, H, T, R))
+    q[..., Dn:] = rotate(q[..., Dn:], theta, "interleaved", scaling=scaling)
+    k_pe = np.broadcast_to(rotate(latent[:, None, :, C:], theta, "interleaved", scaling=scaling), (B, H, T, R))
     return q, np.concatenate([kv[..., :Dn], k_pe], axis=-1), kv[..., Dn:]
 
 
