@@ -22,7 +22,7 @@ judge frozen: what it said when it first met each is in parity_tests/test_unseen
 - a Transformer-XL block: (q + u) . k + (q + v) . W_r R_(i-j) in the scores, R the sinusoids of the distance: no
   pair, said at the attention;
 - mistakes put into them, each named where it sits: Whisper's sinusoids at frequency 1 in every channel, the softmax
-  over the queries in the encoder's second layer, GELU's tanh form in the encoder's second layer only (no pair:
+  over the queries in the encoder's second layer, GELU's tanh form in the encoder's second layer only (no pair,
   one activation per model in the reference), the decoder's second self-attention not causal, its second
   cross-attention scaled by the model's width, a causal triangle put on the second cross-attention (no pair: the
   reference never masks a cross-attention's keys by position), the translation model's second encoder layer's padding
@@ -32,7 +32,7 @@ judge frozen: what it said when it first met each is in parity_tests/test_unseen
 Each correct model is run in float64 and float32; that the Whisper decoder computes the reference's math was checked
 by the same decoder taking an optional source mask (it passes at "decoder"), and the others pass where expected.
 
-First met (judge frozen): 8 of 19 right. Wrong:
+First met (judge frozen): 8 of 19 right. Wrong, each with what the judge said.
 
 - whisper_hf_hand.encoder.positions_all_ones: "could not judge: ... not Whisper's audio encoder ... (positions
   neither Whisper's sinusoids nor the paper's)", not the catalogue's positions.wrong_frequencies at embed_positions;
@@ -43,11 +43,11 @@ First met (judge frozen): 8 of 19 right. Wrong:
 - whisper_hf_hand: "could not judge: ... not Whisper's audio encoder ... (forward() missing 1 required positional
   argument: 'decoder_input_ids')": no level takes mel frames and ids, though the reference has SpeechTransformer;
 - whisper_hf_hand.decoder and its three mistakes (not causal, cross-attention scaled by the model's width, a causal
-  triangle on the cross-attention, all in the second layer): each "attention.mask_ignored at layers.0.encoder_attn":
-  the decoder takes no source mask (Whisper's audio is never padded) and the level probes a padded source;
-- cached_cross_kv.softmax_over_queries_second_cross: FAILED with neither an id nor a named op ("unexplained:
-  decoder.1.cross_attn ... relative error 3.58e+299"): the softmax over the queries of a -inf-filled padded column
-  is NaN, and no variant is tried with that fill;
+  triangle on the cross-attention, all in the second layer): each "attention.mask_ignored at layers.0.encoder_attn",
+  because the decoder takes no source mask (Whisper's audio is never padded) and the level probes a padded source;
+- cached_cross_kv.softmax_over_queries_second_cross: FAILED with neither an id nor a named op ("unexplained
+  ... decoder.1.cross_attn ... relative error 3.58e+299"): the softmax over the queries of a padded key's column, all
+  -inf, is NaN, which the catalogue's variant (the reference's finite fill) does not reproduce;
 - transformer_xl_block: FAILED with neither an id nor a named op ("unexplained: attn ... not expressible by the
   config and no catalogue variant reproduces it"), not "differs at attn: ... scores ...";
 - conformer_block: "differs at depthwise: nn.Conv1d of kernel 3 ...": a real lack, but a later one than ffn1, the
