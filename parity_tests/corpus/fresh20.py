@@ -47,7 +47,7 @@ First met (judge frozen): 8 of 19 right. Wrong, each with what the judge said.
   because the decoder takes no source mask (Whisper's audio is never padded) and the level probes a padded source;
 - cached_cross_kv.softmax_over_queries_second_cross: FAILED with neither an id nor a named op ("unexplained
   ... decoder.1.cross_attn ... relative error 3.58e+299"): the softmax over the queries of a padded key's column, all
-  -inf, is NaN, which the catalogue's variant (the reference's finite fill) does not reproduce;
+  -inf, is NaN, where the reference's softmax gives an all-masked row zeros;
 - transformer_xl_block: FAILED with neither an id nor a named op ("unexplained: attn ... not expressible by the
   config and no catalogue variant reproduces it"), not "differs at attn: ... scores ...";
 - conformer_block: "differs at depthwise: nn.Conv1d of kernel 3 ...": a real lack, but a later one than ffn1, the
