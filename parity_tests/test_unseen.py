@@ -35,16 +35,31 @@ from parity_tests.corpus import (
     fresh16,
     fresh17,
     fresh18,
+    fresh21,
     frontier,
     lacking,
     unseen,
 )
 
 CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
-CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, fresh18, lacking)
+CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, fresh18, fresh21, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {}
+EINSUM_LINEAR = "could not judge: cannot reshape (64,32): the einsum Linear's (d_out, d_in) weight read transposed"
+TODAY: dict[str, str] = {
+    # fresh21: the einsum Linear "... i, o i -> ... o" (an nn.Linear subclass in its place passes)
+    "scratch_lm": EINSUM_LINEAR,
+    "scratch_lm.block": EINSUM_LINEAR,
+    "scratch_lm.positions_from_one": EINSUM_LINEAR,
+    "scratch_lm.rms_over_positions_second_block": EINSUM_LINEAR,
+    "scratch_lm.scaled_by_model_width_second_block": EINSUM_LINEAR,
+    "scratch_lm.keys_from_one_second_block": EINSUM_LINEAR,
+    "scratch_lm.swiglu_swapped_second_block": EINSUM_LINEAR,
+    "scratch_lm.residual_after_norm_second_block": EINSUM_LINEAR,
+    "functional_lm": "FAILED, unexplained at (the module): the rotary in plain functions not read (sinusoidal)",
+    "caption_decoder_layer": "attention.mask_ignored at cross_attn: a memory mask the forward cannot take",
+    "caption_decoder_layer.cross_scaled_by_embed_dim": "FAILED, unexplained at cross_attn (padded memory)",
+}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -115,6 +130,10 @@ SLOW |= {c[0] for c in fresh17.CASES} - {  # fresh17: a case of each model (and 
 SLOW |= {c[0] for c in fresh18.CASES} - {  # fresh18: a case of each model (and each cause in TODAY) by default
     "research_gpt", "research_gpt.forget_gate", "research_gpt.canon_a", "research_gpt.sigmoid_attention",
     "research_gpt.softpick", "gemmaish.kv_heads_tiled_second_block", "einops_parallel_lm", "ngpt",
+}  # fmt: skip
+SLOW |= {c[0] for c in fresh21.CASES} - {  # fresh21: a case of each model (and each cause in TODAY) by default
+    "scratch_lm", "minbert.mask_subtracted_second_layer", "course_gpt2.residual_after_norm_second_layer",
+    "caption_attention", "caption_decoder_layer", "notebook_encoder.heads_merged_without_permute_second_layer",
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",
