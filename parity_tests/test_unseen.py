@@ -56,7 +56,7 @@ TODAY: dict[str, str] = {
     "scratch_lm.keys_from_one_second_block": EINSUM_LINEAR,
     "scratch_lm.swiglu_swapped_second_block": EINSUM_LINEAR,
     "scratch_lm.residual_after_norm_second_block": EINSUM_LINEAR,
-    "functional_lm": "FAILED, unexplained at (the module): the rotary in plain functions not read (sinusoidal)",
+    "functional_lm": "FAILED, unexplained at (the module): a plain function's RMSNorm eps 1e-5 read as 1e-6",
     "caption_decoder_layer": "attention.mask_ignored at cross_attn: a memory mask the forward cannot take",
     "caption_decoder_layer.cross_scaled_by_embed_dim": "FAILED, unexplained at cross_attn (padded memory)",
 }

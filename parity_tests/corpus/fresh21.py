@@ -43,8 +43,9 @@ First met: 8 of 19 right. Wrong then:
   into shape (64,32)"; given d_ff=64 the mapping shows every such weight "(transposed)" and the rotary read in halves
   (an nn.Linear subclass in its place passes);
 - the functional adapter (weights in a ParameterDict, no submodules): FAILED, config read with sinusoidal positions
-  and scaled embeddings (the rotary written in plain functions not found), "unexplained: (the module)" with no id
-  and no named op;
+  and scaled embeddings, "unexplained: (the module)" with no id and no named op; the cause is the RMSNorm's eps, a
+  plain function's default argument (1e-5) no module holds: read as 1e-6, no config reproduced the output and the
+  closest was wrong everywhere (given layer_norm_eps=1e-5 it passes, rotary and its pairs read);
 - the captioning decoder layer, whose forward (tgt, memory, tgt_mask) has no memory mask to take: a padded memory is
   probed and the missing mask said as attention.mask_ignored at cross_attn; with its cross attention scaled by
   sqrt(embed_dim), FAILED "unexplained: cross_attn ... not expressible by the config" (the padding the layer cannot
