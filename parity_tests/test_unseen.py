@@ -35,16 +35,27 @@ from parity_tests.corpus import (
     fresh16,
     fresh17,
     fresh18,
+    fresh22,
     frontier,
     lacking,
     unseen,
 )
 
 CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
-CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, fresh18, lacking)
+CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, fresh18, fresh22, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
+_SHARED = "a call= running each sequence as its own request is read as layers sharing weights (ALBERT's)"
+TODAY |= {  # fresh22, as first met (the judge frozen)
+    "vllm_llama": _SHARED, "vllm_llama.gate_up_swapped_second_layer": _SHARED,
+    "vllm_llama.keys_one_ahead_second_layer": _SHARED, "vllm_llama.fused_norm_pre_add_residual_second_layer": _SHARED,
+    "sglang_llama.wrong_scale_second_layer": "a LayerNorm on the keys said at the (correct) first layer, packed rows",
+    "packed_lm": "gate and up interleaved row by row mapped as contiguous halves: unexplained at the first MLP",
+    "packed_lm.gate_from_odd_rows_second_layer": "unexplained at the first MLP (the row-interleaved gate/up map)",
+    "medusa": "could not judge: the draft heads' Linears upset the trunk's map (KeyError ffn.gate.weight)",
+    "medusa.not_causal_second_layer": "could not judge: KeyError ffn.gate.weight (the draft heads' Linears)",
+}  # fmt: skip
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -116,6 +127,7 @@ SLOW |= {c[0] for c in fresh18.CASES} - {  # fresh18: a case of each model (and 
     "research_gpt", "research_gpt.forget_gate", "research_gpt.canon_a", "research_gpt.sigmoid_attention",
     "research_gpt.softpick", "gemmaish.kv_heads_tiled_second_block", "einops_parallel_lm", "ngpt",
 }  # fmt: skip
+SLOW |= {"gpt_fast"}  # fresh22: its other cases take 0.1-0.3 s each
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",
     "remote_llama", "two_head_gpt", "value_residual_gpt",
