@@ -51,10 +51,12 @@ TODAY |= {  # fresh22, as first met (the judge frozen)
     "vllm_llama": _SHARED, "vllm_llama.gate_up_swapped_second_layer": _SHARED,
     "vllm_llama.keys_one_ahead_second_layer": _SHARED, "vllm_llama.fused_norm_pre_add_residual_second_layer": _SHARED,
     "sglang_llama.wrong_scale_second_layer": "a LayerNorm on the keys said at the (correct) first layer, packed rows",
+    "sglang_llama.activation_on_up_second_layer": "a LayerNorm on the keys said at the (correct) first layer",
     "packed_lm": "gate and up interleaved row by row mapped as contiguous halves: unexplained at the first MLP",
     "packed_lm.gate_from_odd_rows_second_layer": "unexplained at the first MLP (the row-interleaved gate/up map)",
     "medusa": "could not judge: the draft heads' Linears upset the trunk's map (KeyError ffn.gate.weight)",
     "medusa.not_causal_second_layer": "could not judge: KeyError ffn.gate.weight (the draft heads' Linears)",
+    "medusa.trunk_logits_by_call": "could not judge: KeyError ffn.gate.weight, call= returning the trunk's logits",
 }  # fmt: skip
 
 

@@ -31,25 +31,28 @@ with the judge frozen: what it said when it first met each is in parity_tests/te
 - mistakes put into them, each named where it sits (its second layer or block): vLLM's gate and up swapped in
   `gate_up_proj` (the SiLU on the up half), its keys turned at positions + 1 (the queries at the positions), its
   fused norm handing on the residual before the add (the attention's output leaves the stream: math the reference
-  has no pair for, said at that norm); gpt-fast's K/V heads tiled; SGLang's RadixAttention built with scaling 1/Dh;
-  the packed model's gate read from the odd rows; the MLX port's RMSNorm eps outside the root; the SDPA GPT's K/V
-  heads tiled before SDPA, and its scale given as 1/Dh; the Medusa trunk's second attention left without its mask.
+  has no pair for, said at that norm); gpt-fast's K/V heads tiled; SGLang's RadixAttention built with scaling 1/Dh,
+  and its SiLU on the up projection; the packed model's gate read from the odd rows; the MLX port's RMSNorm eps
+  outside the root; the SDPA GPT's K/V heads tiled before SDPA, and its scale given as 1/Dh; the Medusa trunk's
+  second attention left without its mask.
 
-First met: 9 of 18 right (the gpt-fast, SGLang, MLX and SDPA models pass, their mistakes named where they sit; the
+First met: 9 of 20 right (the gpt-fast, SGLang, MLX and SDPA models pass, their mistakes named where they sit; the
 vLLM model without `call=` is refused naming `call=`). Wrong then:
 
 - vllm_llama and its three mistakes, each: "differs at model.layers.0.self_attn.attn: the attention runs again with
   the same weights (layers that share their parameters, as ALBERT's), which the reference has no pair for". The
   `call=` runs the model once per sequence (the batch as B flat requests), so each module is called B times in one
   recorded forward: read as weight sharing;
-- sglang_llama.wrong_scale_second_layer: "differs at model.layers.0.self_attn: a LayerNorm normalises the keys",
-  the first layer (correct) blamed for a bias the second layer's scaling makes, with no model reproducing the
-  reference ("conventions assumed (none reproduced the reference ...)"); the correct model passes;
+- sglang_llama.wrong_scale_second_layer and .activation_on_up_second_layer, each: "differs at
+  model.layers.0.self_attn: a LayerNorm normalises the keys", the first layer (correct) blamed for a mistake of
+  the second, with no model reproducing the reference ("conventions assumed (none reproduced the reference ...)");
+  the correct model passes, so the packed (B * T, D) rows inside the `call=` are read whole but not layer by layer;
 - packed_lm and its mistake: FAILED, unexplained at layers.0.feed_forward. W13 is mapped as "fused rows gate,
   linear1" (the gate the first F rows), while the forward reads gate and up from alternate rows; the same model
   with the halves contiguous passes;
 - medusa and its mistake: "could not judge: ... KeyError: 'decoder.layers.0.ffn.gate.weight'; pass call= ... or
-  mapping=": the draft heads' Linears (D -> D and D -> V, besides the trunk's own) upset the map of the trunk.
+  mapping=": the draft heads' Linears (D -> D and D -> V, besides the trunk's own) upset the map of the trunk;
+  passing `call=` that returns the trunk's logits alone (medusa.trunk_logits_by_call) is refused the same way.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -430,21 +433,23 @@ class SglAttention(nn.Module):
 
 
 class SglMLP(nn.Module):
-    def __init__(self):
+    def __init__(self, silu_on_up: bool = False):
         super().__init__()
         self.gate_proj = nn.Linear(D, F_MLP, bias=False)
         self.up_proj = nn.Linear(D, F_MLP, bias=False)
         self.down_proj = nn.Linear(F_MLP, D, bias=False)
+        self.silu_on_up = silu_on_up  # the mistake: the SiLU on up_proj's output, gate_proj's taken as it is
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(up) * gate if self.silu_on_up else F.silu(gate) * up)
 
 
 class SglDecoderLayer(nn.Module):
-    def __init__(self, layer_id: int, scaling: float = HD**-0.5):
+    def __init__(self, layer_id: int, scaling: float = HD**-0.5, silu_on_up: bool = False):
         super().__init__()
         self.self_attn = SglAttention(layer_id, scaling)
-        self.mlp = SglMLP()
+        self.mlp = SglMLP(silu_on_up)
         self.input_layernorm = nn.RMSNorm(D, eps=1e-6)
         self.post_attention_layernorm = nn.RMSNorm(D, eps=1e-6)
 
@@ -454,10 +459,10 @@ class SglDecoderLayer(nn.Module):
 
 
 class SglModel(nn.Module):
-    def __init__(self, second_scaling: float):
+    def __init__(self, second_scaling: float, silu_on_up_second: bool):
         super().__init__()
         self.embed_tokens = nn.Embedding(V, D)
-        self.layers = nn.ModuleList([SglDecoderLayer(0), SglDecoderLayer(1, second_scaling)])
+        self.layers = nn.ModuleList([SglDecoderLayer(0), SglDecoderLayer(1, second_scaling, silu_on_up_second)])
         self.norm = nn.RMSNorm(D, eps=1e-6)
 
     def forward(self, input_ids, positions, forward_batch):
@@ -468,18 +473,18 @@ class SglModel(nn.Module):
 
 
 class SglLlamaForCausalLM(nn.Module):
-    def __init__(self, second_scaling: float = HD**-0.5):
+    def __init__(self, second_scaling: float = HD**-0.5, silu_on_up_second: bool = False):
         super().__init__()
-        self.model = SglModel(second_scaling)
+        self.model = SglModel(second_scaling, silu_on_up_second)
         self.lm_head = nn.Linear(D, V, bias=False)
 
     def forward(self, input_ids, positions, forward_batch: ForwardBatch):
         return self.lm_head(self.model(input_ids, positions, forward_batch))
 
 
-def sglang_llama(second_scaling: float = HD**-0.5) -> SglLlamaForCausalLM:
+def sglang_llama(second_scaling: float = HD**-0.5, silu_on_up_second: bool = False) -> SglLlamaForCausalLM:
     torch.manual_seed(0)
-    return _jitter(SglLlamaForCausalLM(second_scaling))
+    return _jitter(SglLlamaForCausalLM(second_scaling, silu_on_up_second))
 
 
 def sglang_call(model: SglLlamaForCausalLM, ids: torch.Tensor) -> torch.Tensor:
@@ -749,6 +754,11 @@ def medusa(unmasked_second: bool = False) -> MedusaModel:
     return _jitter(MedusaModel(unmasked_second))
 
 
+def medusa_call(model: MedusaModel, ids: torch.Tensor) -> torch.Tensor:
+    """What a user passes once told to: the trunk's logits alone."""
+    return model(ids)[0]
+
+
 CASES = [
     ("vllm_llama", vllm_llama, LM, {"call": vllm_call}, "pass"),
     ("vllm_llama.no_call", vllm_llama, LM, {}, ("could not judge", "", "call=")),
@@ -789,6 +799,13 @@ CASES = [
         {"call": sglang_call},
         ("mistake", "attention.wrong_scale", "model.layers.1.self_attn"),
     ),
+    (
+        "sglang_llama.activation_on_up_second_layer",
+        lambda: sglang_llama(silu_on_up_second=True),
+        LM,
+        {"call": sglang_call},
+        ("mistake", "gated_feed_forward.activation_on_up", "model.layers.1.mlp"),
+    ),
     ("packed_lm", packed_lm, LM, {}, "pass"),
     (
         "packed_lm.gate_from_odd_rows_second_layer",
@@ -821,6 +838,7 @@ CASES = [
         ("mistake", "attention.wrong_scale", "h.1.attn"),
     ),
     ("medusa", medusa, LM, {}, "pass"),
+    ("medusa.trunk_logits_by_call", medusa, LM, {"call": medusa_call}, "pass"),
     (
         "medusa.not_causal_second_layer",
         lambda: medusa(unmasked_second=True),
