@@ -396,3 +396,63 @@ def test_the_judge_says_deepseek_v2_group_limited_greedy_has_no_pair(tmp_path):
     result = check.module(H.build_tiny("deepseek_v2", tmp_path, **groups), "transformer_lm")
     assert not result.passed and result.unsupported is not None, str(result)
     assert "groups ranked otherwise" in str(result) and "model.layers.1.mlp.gate" in str(result), str(result)
+
+
+class _Expert(torch.nn.Module):
+    """One expert as DeepSeek's own code writes it (a DeepseekMLP in a ModuleList): gate_proj, up_proj, down_proj,
+    its weights expert e's rows of transformers' stacked ones; on_up: silu on the up projection."""
+
+    def __init__(self, gate_up: torch.Tensor, down: torch.Tensor, on_up: bool):
+        super().__init__()
+        F, self.on_up = down.shape[-1], on_up
+        self.gate_proj, self.up_proj = (torch.nn.Linear(gate_up.shape[1], F, bias=False) for _ in range(2))
+        self.down_proj = torch.nn.Linear(F, down.shape[0], bias=False)
+        with torch.no_grad():
+            linears = (self.gate_proj, self.up_proj, self.down_proj)
+            for linear, weight in zip(linears, (*gate_up.chunk(2), down), strict=True):
+                linear.weight.copy_(weight)
+
+    def forward(self, x):
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        act = torch.nn.functional.silu
+        return self.down_proj(gate * act(up) if self.on_up else act(gate) * up)
+
+
+def _moe_of_a_module_list(self, hidden_states):
+    """DeepseekV3MoE.forward with its experts a ModuleList, each run on the rows that chose it."""
+    _, weights, chosen = self.gate(hidden_states)
+    x = hidden_states.view(-1, hidden_states.shape[-1])
+    out = torch.zeros_like(x)
+    for e, expert in enumerate(self.experts):
+        rows, slot = torch.where(chosen == e)
+        out.index_add_(0, rows, expert(x[rows]) * weights[rows, slot, None])
+    return out.view(hidden_states.shape) + self.shared_experts(hidden_states)
+
+
+@pytest.mark.parametrize("family", ["deepseek_v2", "deepseek_v3"])
+def test_a_mistake_in_one_expert_of_deepseeks_module_list_is_named_at_it(family, tmp_path):
+    """DeepSeek's experts as its own modeling code keeps them (a ModuleList of gated blocks, not transformers' stacked
+    tensors): as released it passes; silu on the up projection of expert 3 of layer 2 is named at that expert's
+    module (model.layers.2.mlp.experts.3)."""
+    import types
+
+    from parity_tests import check
+    from parity_tests import hf_compare as H
+
+    def built(on_up: int | None):
+        model = H.build_tiny(family, tmp_path)
+        for i, layer in enumerate(model.model.layers[1:], start=1):
+            stacked = layer.mlp.experts
+            del layer.mlp.experts
+            layer.mlp.experts = torch.nn.ModuleList(
+                _Expert(stacked.gate_up_proj[e].detach(), stacked.down_proj[e].detach(), (i, e) == (2, on_up))
+                for e in range(stacked.num_experts)
+            )
+            layer.mlp.forward = types.MethodType(_moe_of_a_module_list, layer.mlp)
+        return model
+
+    released = check.module(built(None), "transformer_lm")
+    assert released.passed, str(released)
+    result = check.module(built(3), "transformer_lm")
+    got = [(d.id, d.where) for d in result.diagnoses]
+    assert got == [("gated_feed_forward.activation_on_up", "model.layers.2.mlp.experts.3")], str(result)
