@@ -591,6 +591,29 @@ def test_a_mistake_inside_transformers_gpt_oss_experts_is_named(only, monkeypatc
     assert result.diagnoses[0].message.endswith(said), str(result)
 
 
+def _gathered_on_up_in_expert_2(self, x, e):
+    """fresh11's GatheredExperts.forward (weights gathered per row) with the gate and up halves swapped on the rows
+    that go to expert 2: its clamped swish on the up projection there."""
+    h = torch.einsum("nd,ndf->nf", x, self.gate_up_proj[e]) + self.gate_up_proj_bias[e]
+    two = (e == 2)[:, None]
+    gate, up = torch.where(two, h[:, 1::2], h[:, 0::2]), torch.where(two, h[:, 0::2], h[:, 1::2])
+    gate, up = gate.clamp(max=self.limit), up.clamp(-self.limit, self.limit)
+    act = (up + 1) * gate * torch.sigmoid(self.alpha * gate)
+    return torch.einsum("nf,nfd->nd", act, self.down_proj[e]) + self.down_proj_bias[e]
+
+
+def test_a_mistake_inside_one_expert_of_a_gpt_oss_written_by_hand_is_named(monkeypatch):
+    """fresh11's GPT-OSS (its experts' weights gathered row by row from stacked tensors), expert 2's activation on
+    its up half in both layers: activation_on_up at layer 0's experts, the message naming expert 2 (it was
+    'unexplained at blocks.0.mlp')."""
+    monkeypatch.setattr(fresh11.SinkAttention, "forward", _sink_as_column)
+    monkeypatch.setattr(fresh11.GatheredExperts, "forward", _gathered_on_up_in_expert_2)
+    result = check.module(fresh11.gpt_oss(), "transformer_lm")
+    got = [(d.id, d.where) for d in result.diagnoses]
+    assert got == [("gated_feed_forward.activation_on_up", "blocks.0.mlp.experts")], str(result)
+    assert result.diagnoses[0].message.endswith("(expert 2)"), str(result)
+
+
 def test_experts_the_judges_inputs_never_reach_are_said(monkeypatch):
     """divergence.unreached: with 32 experts, top 2 of 15 rows leave some unchosen under the judge's own weights; a
     pass says which, per layer, and that a mistake inside them cannot be seen: one put there passes with the same
