@@ -37,13 +37,13 @@ def judge_speech(user: nn.Module, reference: str, judge) -> Result | None:
     of one input); could not judge where it is one but its parts do not read as the reference's. Where it fails, the
     stack that differs first is judged on its own (`judge`: check.module, passed in): _place."""
     try:
-        model = copy_module(user).double().eval()
+        needed = [p for p in inspect.signature(user.forward).parameters.values() if p.default is p.empty]
+        model = copy_module(user).double().eval() if len(needed) > 1 else None
         TW._draw(model, np.random.default_rng(0))
         front = TW._front(model)
-    except Exception:
+    except Exception:  # not a module, one input, or no front end this reads
         return None
-    needed = [p for p in inspect.signature(model.forward).parameters.values() if p.default is p.empty]
-    if front[0] != "audio" or len(needed) < 2:
+    if front[0] != "audio":
         return None
     said = f"{reference}, read as Whisper's encoder-decoder (numpy_transformer/audio.py's SpeechTransformer)"
     try:
