@@ -47,18 +47,23 @@ def judge_speech(user: nn.Module, reference: str, judge) -> Result | None:
         return None
     said = f"{reference}, read as Whisper's encoder-decoder (numpy_transformer/audio.py's SpeechTransformer)"
     try:
-        links, inputs, cfg, table, stacks = _read(model, front)
-        refs = [_reference(model, links, table, cfg, a, h) for a, h in _tries(cfg)]
-    except Exception as exc:
+        return _judged(model, front, Result(reference=said), judge)
+    except Exception as exc:  # never out of the judge
         rest = "the forward takes ids, but the rest is not Whisper's encoder-decoder as check/speech.py reads it"
         return Result(said, error=f"could not judge: {front[2]} reads mel frames and {rest} ({exc})")
+
+
+def _judged(model: nn.Module, front: tuple, result: Result, judge) -> Result:
+    """`result` filled: the module read (_read), the reference run under each (activation, head count) and the one
+    whose encoder agrees, then whose logits agree best, compared; a failure placed (_place)."""
+    links, inputs, cfg, table, stacks = _read(model, front)
+    refs = [_reference(model, links, table, cfg, a, h) for a, h in _tries(cfg)]
     with first_calls([(n, model.get_submodule(n)) for n in stacks if n]) as calls, torch.no_grad():
         out = first_tensor(model(*map(torch.from_numpy, inputs))).numpy()
     memory = first_tensor(calls[stacks[0]].output).numpy()  # the encoder's memory agreeing first, then the logits
     ranks = [(_error(memory, r.encode_source(inputs[0])[0]) > MATCH, _error(out, r.forward(*inputs))) for r in refs]
     best = min(range(len(refs)), key=ranks.__getitem__)
     (activation, n_heads), (differs, error) = _tries(cfg)[best], ranks[best]
-    result = Result(reference=said)
     read = {"activation": activation, "n_heads": str(n_heads), "eps": str(cfg.layer_norm_eps),
             "tie_embeddings": str(cfg.tie_embeddings)}  # fmt: skip
     if error <= MATCH:
