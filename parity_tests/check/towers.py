@@ -398,7 +398,7 @@ def _fit(model: nn.Module, tower: Tower, P: dict) -> Fit | None:
     mha = [m.num_heads for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
     D, best, rank = tower.D, None, None
     shapes = {"hidden": out.ndim == 3, "pooled": out.shape == (2, D), "head": tower.head and out.ndim == 2,
-              "frames": tower.head == "head" and out.ndim == 3}  # fmt: skip
+              "frames": tower.kind == "audio" and tower.head == "head" and out.ndim == 3}  # fmt: skip
     text = tower.kind == "text"
     pools = ("end token (the largest id)", "last") if text else ("class token",)
     masks = (True, False) if text else (False,)  # a text tower causal (CLIP's) or not; a ViT never
