@@ -72,10 +72,6 @@ TODAY |= {  # fresh19, first met with the judge frozen
     "siglip_vision": _EMBEDDED_TABLE,
 }
 TODAY |= {  # fresh20 (speech and sequence-to-sequence by hand), as first met with the judge frozen
-    "whisper_hf_hand.encoder.positions_all_ones": "could not judge: positions neither Whisper's nor the paper's",
-    "whisper_hf_hand.encoder.gelu_tanh_second_layer": "FAILED, no id and no op: layers.1 'unexplained'",
-    "whisper_hf_hand.ctc_head": "could not judge: not Whisper's encoder (no reading of its output agrees in shape)",
-    "whisper_hf_hand": "could not judge: not Whisper's audio encoder (forward() missing decoder_input_ids)",
     "whisper_hf_hand.decoder": "attention.mask_ignored at layers.0.encoder_attn (it takes no source mask)",
     "whisper_hf_hand.decoder.not_causal_second_layer": "attention.mask_ignored at layers.0.encoder_attn",
     "whisper_hf_hand.decoder.cross_scaled_by_model_width_second_layer": "mask_ignored at layers.0.encoder_attn",

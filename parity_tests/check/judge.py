@@ -27,6 +27,7 @@ from . import levels as LV
 from . import mapping as MP
 from . import mistakes as MK
 from . import running as RN
+from . import speech as SP
 from . import towers as TW
 from . import unsupported as US
 from . import weight_map as WM
@@ -283,6 +284,9 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
     if isinstance(exc, SystemExit):
         where = "its forward" if isinstance(user_module, nn.Module) else "the function"
         return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
+    speech = SP.judge_speech(user_module, reference, module)  # Whisper's whole encoder-decoder (speech.py)
+    if speech is not None:
+        return speech
     tower = TW.judge_tower(user_module, reference, module)
     if tower is not None and tower.error is None:  # a ViT, a CLIP tower or Whisper's encoder (towers.py)
         return tower

@@ -105,7 +105,8 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
             tower = _read(model, front)
         islands = find_islands(model, lambda: model(torch.from_numpy(tower.inputs)))
         P = _params(model, tower)
-        fit = _fit(model, tower, P)
+        fit = _fit(model, tower, P)  # on its own table; judged on Whisper's where its frequencies are all 1
+        _whisper_table(tower, P)
     except Exception as exc:
         stopped = f"{type(exc).__name__}: {exc}"
     if fit is None:
@@ -361,20 +362,24 @@ def _reference(P: dict, tower: Tower, fit: Fit, dtype=np.float64):
         layers.append(cache)
         hidden.append(x)
     out, final = L.layer_norm_forward(x, P[f"{final_name}.weight"], P[f"{final_name}.bias"], eps)
-    if fit.output != "hidden":
+    if fit.output not in ("hidden", "frames"):
         at = {"class token": 0, "last": out.shape[1] - 1}
         where = inputs.argmax(-1) if fit.pool.startswith("end") else np.full(len(inputs), at[fit.pool])  # (B,)
         out, pool = V.token_pool_forward(out, where)  # (B, D)
-    if fit.output == "head":
+    if fit.output in ("head", "frames"):
         weight = P["head.weight"] if tower.head == "head" else P["text_projection (x @ P)"].T
-        out, head = L.linear_forward(out, weight, P.get("head.bias"))  # (B, classes)
+        out, head = L.linear_forward(out, weight, P.get("head.bias"))  # (B, classes), or (B, S, classes)
+    if fit.pool == "log_softmax":  # out - logsumexp(out)
+        out = out - np.logaddexp.reduce(out, axis=-1, keepdims=True)
 
     def backward(dout) -> dict:
         grads: dict = {}
-        if fit.output == "head":
+        if fit.pool == "log_softmax":  # dz = g - softmax(z) sum(g)
+            dout = dout - np.exp(out) * dout.sum(-1, keepdims=True)
+        if fit.output in ("head", "frames"):
             dout, dw, grads["head.bias"] = L.linear_backward(dout, head)
             grads["head.weight"], grads["text_projection (x @ P)"] = dw, dw.T
-        if fit.output != "hidden":
+        if fit.output not in ("hidden", "frames"):
             dout = V.token_pool_backward(dout, pool)
         dx, grads[f"{final_name}.weight"], grads[f"{final_name}.bias"] = L.layer_norm_backward(dout, final)
         for i in reversed(range(n_layers)):
@@ -392,15 +397,18 @@ def _fit(model: nn.Module, tower: Tower, P: dict) -> Fit | None:
     eps = next(m.eps for m in model.modules() if isinstance(m, nn.LayerNorm))
     mha = [m.num_heads for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
     D, best, rank = tower.D, None, None
-    shapes = {"hidden": out.ndim == 3, "pooled": out.shape == (2, D), "head": tower.head and out.ndim == 2}
+    shapes = {"hidden": out.ndim == 3, "pooled": out.shape == (2, D), "head": tower.head and out.ndim == 2,
+              "frames": tower.kind == "audio" and tower.head == "head" and out.ndim == 3}  # fmt: skip
     text = tower.kind == "text"
     pools = ("end token (the largest id)", "last") if text else ("class token",)
     masks = (True, False) if text else (False,)  # a text tower causal (CLIP's) or not; a ViT never
     heads = mha[:1] or [h for h in range(1, D + 1) if D % h == 0]
     outputs = [o for o, fits in shapes.items() if fits]
     for output, pool, causal, activation, n_heads in product(outputs, pools, masks, L.ACTIVATIONS, heads):
-        if output == "hidden" and pool != pools[0]:
+        if output in ("hidden", "frames") and pool != pools[0]:
             continue  # nothing pooled
+        if output == "frames":  # a head on every position, its logits or their log_softmax (CTC's)
+            pool = "log_softmax" if np.allclose(np.logaddexp.reduce(out, axis=-1), 0.0) else "logits"
         fit = Fit(output, pool, causal, activation, n_heads, eps)
         ref, _, hidden = _reference(P, tower, fit)
         if ref.shape != out.shape:
@@ -448,6 +456,7 @@ def _place(model: nn.Module, tower: Tower, P: dict, fit: Fit, result: Result, ju
     if _differs(calls[blocks[0]].args[0], hidden[0]):
         where = f"{tower.front} (the front end: its table, tokens and positions before the first block)"
         result.diagnoses = _front_mistakes(tower, P, calls[blocks[0]].args[0]) if tower.kind == "vit" else []
+        result.diagnoses += _table_mistakes(model, tower, P, calls[blocks[0]].args[0]) if tower.kind == "audio" else []
     diverging = (b for i, b in enumerate(blocks) if _differs(calls[b].output, hidden[i + 1]))
     block = next(diverging, None) if where == tower.final else None
     if block is not None:
@@ -474,11 +483,39 @@ def _front_mistakes(tower: Tower, P: dict, mine: torch.Tensor) -> list:
     return [Diagnosis("positions.added_before_class_token", said, pos, _error(mine.numpy(), x))]
 
 
+def _table_mistakes(model: nn.Module, tower: Tower, P: dict, mine: torch.Tensor) -> list:
+    """positions.wrong_frequencies where the module's table is Whisper's at frequency 1 in every channel (sin t, then
+    cos t) and the first block's input `mine` is the front end's with it."""
+    table = model.state_dict()[tower.positions].double().numpy().reshape(-1, tower.D)
+    convs = {k.removeprefix("encoder."): v for k, v in P.items() if k.startswith("encoder.conv")}
+    x, _ = A.audio_embed_forward(convs, tower.inputs, table)
+    if _sinusoids(table) != ALL_ONES or _differs(mine, x):
+        return []
+    said = "Whisper's sinusoids at frequency 1 in every channel, not exp(-i log(10000) / (D/2 - 1))"
+    return [Diagnosis("positions.wrong_frequencies", said, _up(tower.positions), _error(mine.numpy(), x))]
+
+
+def _whisper_table(tower: Tower, P: dict) -> None:
+    """Whisper's sinusoids put in `P` where the module's table is them at frequency 1 in every channel (ALL_ONES)."""
+    if tower.kind == "audio" and _sinusoids(table := P[NAMES["audio"][0]]) == ALL_ONES:
+        P[NAMES["audio"][0]] = A.whisper_sinusoids(*table.shape)
+
+
+ALL_ONES = "Whisper's layout at frequency 1 in every channel"
+
+
+def _all_ones(S: int, D: int) -> np.ndarray:
+    """(S, D): sin(t) in the first half of the channels, cos(t) in the second (every frequency 1)."""
+    t = np.arange(S, dtype=np.float64)[:, None].repeat(D // 2, axis=1)
+    return np.concatenate([np.sin(t), np.cos(t)], axis=1)
+
+
 def _sinusoids(table: np.ndarray) -> str | None:
-    """Which of the reference's fixed tables of positions `table` (S, D) holds, to float32's rounding, or None."""
+    """Which of the reference's fixed tables of positions `table` (S, D) holds, to float32's rounding, or None (the
+    catalogue's frequencies all 1: ALL_ONES)."""
     S, D = table.shape
     known = {"Whisper's sinusoids (sines, then cosines)": A.whisper_sinusoids(S, D),
-             "the paper's sinusoids (interleaved)": L.sinusoidal_table(S, D)}  # fmt: skip
+             "the paper's sinusoids (interleaved)": L.sinusoidal_table(S, D), ALL_ONES: _all_ones(S, D)}  # fmt: skip
     return next((said for said, ours in known.items() if _error(table, ours) <= 1e-6), None)
 
 

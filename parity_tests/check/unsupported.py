@@ -502,7 +502,10 @@ def _previous_gate(rec) -> tuple | None:
 
 def _activation(rec) -> tuple | Diagnosis | None:
     """A product whose input is an element-wise function of another's output (same shape) the reference lacks, told
-    apart by its values: (where, what it computes); QuickGELU's form at another constant: the catalogue's Diagnosis."""
+    apart by its values: (where, what it computes); QuickGELU's form at another constant: the catalogue's Diagnosis.
+    Between linears, the reference has one activation per model: where two of its own are, the first computing
+    another than the most common one is said (GELU's tanh form in one layer of exact GELU's)."""
+    ours: list = []  # (where, name) of each activation between linears the reference has
     for second in (n for n in rec.nodes if DF.projection(n)):
         x = next((p for p in second.parents if DF.weight_of(p) is None), None)
         sources = _sources(x) if x is not None and x.index in rec.values else set()
@@ -515,6 +518,7 @@ def _activation(rec) -> tuple | Diagnosis | None:
         scale = max(float(a.abs().max()), 1e-12)
         fits = [(name, known) for name, f, known in ACTIVATIONS if float((f(h) - a).abs().max()) <= 1e-5 * scale]
         if fits and fits[0][1]:
+            ours += [(x.module, fits[0][0])] * (first.op != "conv1d" and second.op != "conv1d")
             continue  # one the reference has
         c = None if fits else _sigmoid_constant(h, a)
         if c is not None:
@@ -522,7 +526,10 @@ def _activation(rec) -> tuple | Diagnosis | None:
             error = relative(h * torch.sigmoid(c * h), a, 1e-12)
             return Diagnosis("activation.quick_gelu_constant", said, x.module, error)
         return x.module, f"the activation computes {fits[0][0] if fits else _unknown(h, a)}"
-    return None
+    names = [name for _, name in ours]
+    common = max(names, key=names.count, default="")
+    odd = next(((where, name) for where, name in ours if name != common), None)
+    return odd and (odd[0], f"the activation computes {odd[1]} where the others compute {common} (one per model)")
 
 
 # ops computed value by value (an activation written out by hand is made of these), and the views between them

@@ -226,9 +226,11 @@ def whisper_ctc() -> WhisperCTC:
     return WhisperCTC()
 
 
-def whisper_hand() -> WhisperHand:
+def whisper_hand(over_second: int = -1) -> WhisperHand:
     torch.manual_seed(0)
-    return WhisperHand()
+    model = WhisperHand()
+    model.encoder.layers[1].self_attn.over = over_second
+    return model
 
 
 # -- a translation Transformer as a 2026 course writes it: nn.MultiheadAttention(batch_first=True) --------------
@@ -507,6 +509,13 @@ CASES = [
     ("whisper_hf_hand.ctc_head", whisper_ctc, "encoder_model", {}, "pass"),
     # the reference has this model (numpy_transformer/audio.py's SpeechTransformer: mel frames and ids in)
     ("whisper_hf_hand", whisper_hand, "transformer", {}, "pass"),
+    (  # added by the fixer: the whole model failing is placed in its encoder, and the mistake named there
+        "whisper_hf_hand.softmax_over_queries_second_encoder_layer",
+        lambda: whisper_hand(over_second=-2),
+        "transformer",
+        {},
+        ("mistake", "attention.softmax_wrong_axis", "encoder.layers.1.self_attn"),
+    ),
     ("whisper_hf_hand.decoder", whisper_decoder, "decoder", {}, "pass"),
     (
         "whisper_hf_hand.decoder.not_causal_second_layer",
