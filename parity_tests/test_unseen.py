@@ -85,7 +85,6 @@ TODAY |= {  # fresh20 (speech and sequence-to-sequence by hand), as first met wi
     "conformer_block": "no pair at depthwise (a later op), not at ffn1's halved feed-forward before the attention",
 }
 TODAY |= {  # fresh21, as first met (the judge frozen)
-    "functional_lm": "FAILED, unexplained at (the module): a plain function's RMSNorm eps 1e-5 read as 1e-6",
     "caption_decoder_layer": "attention.mask_ignored at cross_attn: a memory mask the forward cannot take",
     "caption_decoder_layer.cross_scaled_by_embed_dim": "FAILED, unexplained at cross_attn (padded memory)",
 }

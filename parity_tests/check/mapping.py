@@ -132,6 +132,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     found.tables.sort(key=lambda t: flow.order.get(t.name, last))
     for norm in found.norms:
         norm.plus_one = norm.weight in flow.plus_one
+        norm.eps = _eps_added(flow, norm.weight) if norm.eps is None else norm.eps  # no module says it
         own = [n for n, _ in module.get_submodule(norm.module).named_parameters()]
         alone = own == [norm.weight.removeprefix(f"{norm.module}.")]  # its path "" at the root
         if norm.kind == "rms" and alone and any(n.op in DF.CENTRING for n in flow.nodes if n.module == norm.module):
@@ -163,6 +164,17 @@ def _scales_read(found: Structure, module: nn.Module, flow) -> None:
         if names and node.op in factors and any(normed(p) for m in product for p in m.parents + [m]):
             path, size = names[0].rpartition(".")[0], len(unplaced.pop(names[0]))
             found.norms.append(Norm(names[0], None, size, _eps(module.get_submodule(path)), path, "rms"))
+
+
+def _eps_added(flow, weight: str) -> float | None:
+    """The number a norm scaled by `weight` adds under its root, as the forward ran it: x * rsqrt(mean(x^2) + eps)
+    * weight, x / sqrt(var + eps) * weight (a plain function's default eps that no module holds); else None."""
+    scaled = next((n for n in flow.nodes if n.op in DF.MULS and weight in {DF.root(p).param for p in n.parents}), None)
+    factors = DF.MULS | DF.DIVS | DF.VIEWS | {"rsqrt", "sqrt"}
+    near = DF.walk([scaled] if scaled else [], lambda n: [p for p in n.parents if p.op in factors])
+    roots = [n for n in near if n.op in ("rsqrt", "sqrt")]
+    added = [p.value for n in roots for p in n.parents if p.op in DF.ADDS and isinstance(p.value, float)]
+    return added[0] if added else None
 
 
 def _as_read(found: Structure, module: nn.Module, flow) -> None:
