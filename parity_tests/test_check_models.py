@@ -775,3 +775,30 @@ def test_ops_the_reference_never_computes_are_refused_naming_the_module(model, s
     torch.manual_seed(0)
     result = check.module(model(T).eval(), "transformer_lm")  # differs at ...: no pair (result.unsupported)
     assert not result.passed and re.search(said + ".*no pair for", result.unsupported or ""), str(result)
+
+
+STORED = {  # how a raw Linear applies its weight: (stored (out, in)?, forward)
+    "x @ W.T": (True, lambda x, w: x @ w.T),
+    "matmul(x, W.t())": (True, lambda x, w: torch.matmul(x, w.t())),
+    "einsum(...i,oi->...o)": (True, lambda x, w: torch.einsum("...i,oi->...o", x, w)),
+    "x @ W": (False, lambda x, w: x @ w),
+    "einsum(...i,io->...o)": (False, lambda x, w: torch.einsum("...i,io->...o", x, w)),
+}
+
+
+@pytest.mark.parametrize("form", list(STORED))
+def test_a_raw_weights_orientation_is_read_from_the_product_that_applies_it(form, monkeypatch):
+    """A 2-D weight (out, in) or (in, out), by how the recorded product sums it against the input (d_ff != d)."""
+    from parity_tests.corpus import fresh21
+
+    out_in, apply = STORED[form]
+
+    def init(self, d_in: int, d_out: int) -> None:
+        nn.Module.__init__(self)
+        self.weight = nn.Parameter(0.2 * torch.randn(*((d_out, d_in) if out_in else (d_in, d_out))))
+
+    monkeypatch.setattr(fresh21.Linear, "__init__", init)
+    monkeypatch.setattr(fresh21.Linear, "forward", lambda self, x: apply(x, self.weight))
+    result = check.module(fresh21.scratch_block(), "decoder_only_layer")
+    assert result.passed, str(result)
+    assert "transposed" not in str(result.mapping) if out_in else "transposed" in str(result.mapping)

@@ -80,18 +80,7 @@ TODAY |= {  # fresh20 (speech and sequence-to-sequence by hand), as first met wi
     "transformer_xl_block": "FAILED, no id and no op: attn 'unexplained'",
     "conformer_block": "no pair at depthwise (a later op), not at ffn1's halved feed-forward before the attention",
 }
-EINSUM_LINEAR = "could not judge: cannot reshape (64,32): the einsum Linear's (d_out, d_in) weight read transposed"
 TODAY |= {  # fresh21, as first met (the judge frozen)
-    # fresh21: the einsum Linear "... i, o i -> ... o" (an nn.Linear subclass in its place passes)
-    "scratch_lm": EINSUM_LINEAR,
-    "scratch_lm.block": EINSUM_LINEAR,
-    "scratch_lm.positions_from_one": EINSUM_LINEAR,
-    "scratch_lm.rms_over_positions_second_block": EINSUM_LINEAR,
-    "scratch_lm.scaled_by_model_width_second_block": EINSUM_LINEAR,
-    "scratch_lm.keys_from_one_second_block": EINSUM_LINEAR,
-    "scratch_lm.swiglu_swapped_second_block": EINSUM_LINEAR,
-    "scratch_lm.residual_after_norm_second_block": EINSUM_LINEAR,
-    "functional_lm": "FAILED, unexplained at (the module): a plain function's RMSNorm eps 1e-5 read as 1e-6",
     "caption_decoder_layer": "attention.mask_ignored at cross_attn: a memory mask the forward cannot take",
     "caption_decoder_layer.cross_scaled_by_embed_dim": "FAILED, unexplained at cross_attn (padded memory)",
 }

@@ -355,8 +355,14 @@ def _residual(node: Node) -> bool:
 
 
 def _stream_sum(node: Node) -> bool:
-    """A sum of two computed tensors, not a projection's bias added (Falcon's)."""
-    return node.op in ADDS and all(root(p).param is None for p in node.parents)
+    """A sum of two computed tensors (a table's rows read by ids, W[ids], among them), not a projection's bias
+    added (Falcon's)."""
+
+    def computed(p: Node) -> bool:
+        seen = walk([p], lambda n: n.parents[:1] if n.op in VIEWS else [])
+        return root(p).param is None or any(n.op == "__getitem__" and np.ndim(n.value) > 1 for n in seen)
+
+    return node.op in ADDS and all(map(computed, node.parents))
 
 
 def _factor(node: Node) -> float | None:

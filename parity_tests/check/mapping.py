@@ -132,6 +132,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     found.tables.sort(key=lambda t: flow.order.get(t.name, last))
     for norm in found.norms:
         norm.plus_one = norm.weight in flow.plus_one
+        norm.eps = _eps_added(flow, norm.weight) if norm.eps is None else norm.eps  # no module says it
         own = [n for n, _ in module.get_submodule(norm.module).named_parameters()]
         alone = own == [norm.weight.removeprefix(f"{norm.module}.")]  # its path "" at the root
         if norm.kind == "rms" and alone and any(n.op in DF.CENTRING for n in flow.nodes if n.module == norm.module):
@@ -165,6 +166,17 @@ def _scales_read(found: Structure, module: nn.Module, flow) -> None:
             found.norms.append(Norm(names[0], None, size, _eps(module.get_submodule(path)), path, "rms"))
 
 
+def _eps_added(flow, weight: str) -> float | None:
+    """The number a norm scaled by `weight` adds under its root, as the forward ran it: x * rsqrt(mean(x^2) + eps)
+    * weight, x / sqrt(var + eps) * weight (a plain function's default eps that no module holds); else None."""
+    scaled = next((n for n in flow.nodes if n.op in DF.MULS and weight in {DF.root(p).param for p in n.parents}), None)
+    factors = DF.MULS | DF.DIVS | DF.VIEWS | {"rsqrt", "sqrt"}
+    near = DF.walk([scaled] if scaled else [], lambda n: [p for p in n.parents if p.op in factors])
+    roots = [n for n in near if n.op in ("rsqrt", "sqrt")]
+    added = [p.value for n in roots for p in n.parents if p.op in DF.ADDS and isinstance(p.value, float)]
+    return added[0] if added else None
+
+
 def _as_read(found: Structure, module: nn.Module, flow) -> None:
     """The pieces as the forward reads them: a weight F.linear or F.multi_head_attention_forward applies (out, in)
     with the bias the op adds, a raw 3-axis one as einsum or @ reads it (dropped where neither reads it as stored)."""
@@ -173,8 +185,13 @@ def _as_read(found: Structure, module: nn.Module, flow) -> None:
     for n in [n for n in flow.nodes if n.op in DF.MHA]:  # F.multi_head_attention_forward's: (out, in), its biases
         bias = {k: n.named.get("out_proj_bias" if k.startswith("out") else "in_proj_bias") for k in n.named}
         as_linear |= {w: bias[k] for k, w in n.named.items() if k.endswith("proj_weight")}
-    for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
-        piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
+    for piece in [p for p in found.pieces if not p.heads and p.weight not in flow.lookups]:  # 2-D: as first read
+        stored = tuple(module.get_parameter(piece.weight).shape)
+        rows = _rows_summed(flow, piece.weight, stored) if len(stored) == 2 else None
+        rows = False if rows is None and piece.weight in as_linear else rows  # F.multi_head_attention_forward's
+        if rows is not None:
+            piece.out_features, piece.in_features = stored[::-1] if rows else stored
+            piece.transposed = rows
     for piece in [p for p in found.pieces if p.heads]:  # a raw 3-axis weight, as einsum or @ reads it
         shape = tuple(module.get_parameter(piece.weight).shape)
         layout = _flattened(flow, piece.weight, shape) or head_layout(flow, piece.weight, shape)
@@ -183,6 +200,47 @@ def _as_read(found: Structure, module: nn.Module, flow) -> None:
         else:
             piece.out_features, piece.in_features, piece.transposed, piece.heads, piece.each_transposed = layout
     _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None})
+
+
+def _rows_summed(flow, weight: str, shape: tuple) -> bool | None:
+    """Whether the first product reading the 2-D `weight` sums over its stored rows (stored (in, out): x @ W) or
+    over its columns (stored (out, in): F.linear(x, W), x @ W.T, einsum("...i,oi->...o")): the views between the
+    parameter and the product replayed on the weight's indices, then read along the axis the product sums over.
+    None where no product reads it, or its views or its sum cannot be read."""
+    node = next((n for n in flow.nodes if n.op in DF.PRODUCTS and DF.projection(n) == weight), None)
+    i = next((i for i, p in enumerate(node.parents) if DF.weight_of(p) == weight), 0) if node else 0
+    axis = _summed_axis(node, i) if node else None
+    chain = list(DF.walk([node.parents[i]], lambda n: n.parents[:1] if n.param is None else []))[:-1] if node else []
+    if axis is None or any(n.call is None for n in chain):
+        return None
+    codes = torch.arange(math.prod(shape), dtype=torch.float64).reshape(shape)
+    try:
+        replayed = {id(chain[-1].call[1][0]): codes} if chain else {}  # the first view's argument: the parameter
+        for n in reversed(chain):
+            replayed[n.tid] = DF._replay(n, replayed)
+        seen = replayed[chain[0].tid] if chain else codes
+        line = seen.movedim(axis, 0).reshape(seen.shape[axis], -1)[:, 0]
+    except Exception:  # a view that does not replay on indices
+        return None
+    rows, columns = len(set((line // shape[1]).tolist())) > 1, len(set((line % shape[1]).tolist())) > 1
+    return rows if rows != columns else None
+
+
+def _summed_axis(node, i: int) -> int | None:
+    """The axis of the product `node`'s `i`-th operand that it sums over: F.linear's weight its last; matmul's
+    right operand (addmm's mat2) its second last, its left one its last; an einsum's the one letter of the operand's
+    term not in the result. None for any other."""
+    if node.op == "linear":
+        return -1 if i == 1 else None
+    right = {"matmul": 1, "__matmul__": 1, "mm": 1, "bmm": 1, "__rmatmul__": 0, "addmm": 2, "baddbmm": 2}.get(node.op)
+    if right is not None:
+        return -2 if i == right else -1
+    inputs, arrow, result = node.extra.replace(" ", "").partition("->") if node.op == "einsum" else ("", "", "")
+    terms = inputs.split(",") if inputs else []
+    term = terms[i] if i < len(terms) and "." not in terms[i] else ""
+    result = result if arrow else "".join(c for c in inputs if c.isalpha() and inputs.count(c) == 1)
+    summed = [k for k, c in enumerate(term) if c not in result]
+    return summed[0] if len(summed) == 1 else None
 
 
 def _shift_of(nodes: list) -> str | None:
