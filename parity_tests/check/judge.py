@@ -418,7 +418,11 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     output = entry.group == "model" or entry.stands_for is not None  # a model, or in its place
     conventions = caller.conventions() | ({"output": kind} if output else {})
     if choice.probe is not check.probes[(caller.self_attention, caller.causal)]:
-        conventions["mask"] = "none (the module takes no mask): compared on sequences without padding"
+        conventions["mask"] = (  # a target mask only: the source unpadded
+            f"{conventions['mask']}; no source mask: compared on sources without padding"
+            if caller.masks
+            else "none (the module takes no mask): compared on sequences without padding"
+        )
     if choice.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
         conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
     if layout.rope_pairing is not None and cfg.positional == "rope":

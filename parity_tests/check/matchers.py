@@ -25,7 +25,16 @@ def match(user: np.ndarray, variant: np.ndarray, valid, empty=None) -> float:
     user, variant = _valid(user, valid), _valid(variant, valid)
     if empty is not None and user.ndim >= 2 and user.shape[:2] == empty.shape:
         user, variant = _valid(user, ~empty), _valid(variant, ~empty)
+    lost = _nan_rows(user)  # NaN (a -inf fill's softmax of nothing): compared on the other rows
+    if lost is not None:
+        user, variant = _valid(user, ~lost), _valid(variant, ~lost)
     return _error(np.nan_to_num(user, nan=1e300), variant)
+
+
+def _nan_rows(user: np.ndarray) -> np.ndarray | None:
+    """(B, T) True at the positions whose output holds NaN, where some but not all do; else None."""
+    rows = np.isnan(user).reshape(*user.shape[:2], -1).any(-1) if user.ndim >= 2 else None
+    return rows if rows is not None and rows.any() and not rows.all() else None
 
 
 def match_attention(
@@ -69,7 +78,8 @@ def match_attention(
         if named(error, unmatched) and vid not in {d.id for tier in tiers for d in tier}:
             strict = match(user_out, variant, None, None) <= MATCH
             tier = 0 if strict else 1 if match(user_out, variant, None, empty) <= MATCH else 2
-            tiers[tier].append(Diagnosis(vid, message, where, error))
+            lost = " (the output NaN at some positions: compared where finite)" * (_nan_rows(user_out) is not None)
+            tiers[tier].append(Diagnosis(vid, message + lost, where, error))
     return next((tier for tier in tiers if tier), [])
 
 

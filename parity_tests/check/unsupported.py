@@ -151,6 +151,34 @@ def score_terms(rec) -> tuple | None:
     return None
 
 
+def _cross_mask(rec) -> tuple | None:
+    """A mask on a cross-attention's scores (its keys projected from another tensor than its queries) that is not
+    the same for every query (a causal triangle over the memory): the reference masks a cross-attention's keys by
+    the source's padding alone."""
+    for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
+        seen, walked = rec._seen(s), DF.walk(s.parents[:1], _down)
+        scores = next((n for n in walked if n.op in DF.PRODUCTS and not DF.projection(n)), None)
+        q, k = (_inputs(p) for p in scores.parents[:2]) if scores is not None else (set(), set())
+        if seen is None or seen.ndim != 2 or not q or not k or q & k or bool((seen == seen[:1]).all()):
+            continue
+        causal = bool((seen == torch.ones(seen.shape, dtype=torch.bool).tril()).all())
+        how = ": query i reads memory positions 0 .. i alone (a causal triangle)" if causal else ""
+        said = f"the cross-attention's scores get a mask that differs from query to query{how}"
+        return s.module, f"{said} (the reference masks a cross-attention's keys by the source's padding alone)"
+    return None
+
+
+def _down(node) -> list:
+    """Back from a term's sum along the scores' side (SCORES_PATH) to their product."""
+    return [p for p in node.parents if _to_scores(p)] if node.op in SCORES_PATH else []
+
+
+def _inputs(node) -> set:
+    """The indices of the tensors the nearest projections behind `node` read (through element-wise ops and views)."""
+    found = DF.walk([node], lambda n: [] if DF.projection(n) or n.op in DF.PRODUCTS else n.parents)
+    return {DF.root(p).index for n in found if DF.projection(n) for p in n.parents if DF.root(p).param is None}
+
+
 def _projected(node) -> bool:
     """Computed from a projection's output (q, k or v)."""
     return bool(DF.back(node)[0])
@@ -590,6 +618,6 @@ def _uncalled(flow) -> tuple | None:
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
     _renormed, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _glu, _previous_gate,
-    score_terms, _weights, _gain, _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled,
-    _uncalled,
+    score_terms, _cross_mask, _weights, _gain, _output_gate, _clamped, _activation, _value_embedding, _learned_scale,
+    _pooled, _uncalled,
 )  # fmt: skip
