@@ -76,8 +76,6 @@ TODAY |= {  # fresh20 (speech and sequence-to-sequence by hand), as first met wi
     "whisper_hf_hand.encoder.gelu_tanh_second_layer": "FAILED, no id and no op: layers.1 'unexplained'",
     "whisper_hf_hand.ctc_head": "could not judge: not Whisper's encoder (no reading of its output agrees in shape)",
     "whisper_hf_hand": "could not judge: not Whisper's audio encoder (forward() missing decoder_input_ids)",
-    "transformer_xl_block": "FAILED, no id and no op: attn 'unexplained'",
-    "conformer_block": "no pair at depthwise (a later op), not at ffn1's halved feed-forward before the attention",
 }
 EINSUM_LINEAR = "could not judge: cannot reshape (64,32): the einsum Linear's (d_out, d_in) weight read transposed"
 TODAY |= {

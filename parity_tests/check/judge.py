@@ -289,6 +289,7 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
     result = shared_layer(user_module, reference, exc) or Result(reference=reference)
     if result.diagnoses:
         return result
+    flow = flow or getattr(exc, "flow", None)  # a module read as lacking (mapping.structure), its forward recorded
     found = US.explain(flow) or (exc.answer if isinstance(exc, US.NoPair) and tower is None else None)
     explained(result, found)  # else what it met
     if result.diagnoses or result.unsupported:

@@ -309,6 +309,9 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
             return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal, sizes)
 
         flow, raised = read_flow(user, level, probe, **conventions)
+    if found.lacking is not None:  # raised with the recorded forward: an earlier op may be what it lacks first
+        found.lacking.flow = flow
+        raise found.lacking
     return MP.with_flow(found, user, flow, raised)
 
 
