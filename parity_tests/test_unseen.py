@@ -71,19 +71,6 @@ TODAY |= {  # fresh19, first met with the judge frozen
     "clip_text_hf.eps_outside_sqrt_second_layer": "could not judge: output (12, 6), the reference's (3, 6, 26)",
     "siglip_vision": _EMBEDDED_TABLE,
 }
-TODAY |= {  # fresh20 (speech and sequence-to-sequence by hand), as first met with the judge frozen
-    "whisper_hf_hand.decoder": "attention.mask_ignored at layers.0.encoder_attn (it takes no source mask)",
-    "whisper_hf_hand.decoder.not_causal_second_layer": "attention.mask_ignored at layers.0.encoder_attn",
-    "whisper_hf_hand.decoder.cross_scaled_by_model_width_second_layer": "mask_ignored at layers.0.encoder_attn",
-    "whisper_hf_hand.decoder.cross_attention_causal_second_layer": "attention.mask_ignored at layers.0.encoder_attn",
-    "cached_cross_kv.softmax_over_queries_second_cross": "FAILED, no id, no op: NaN at decoder.1.cross_attn",
-    "transformer_xl_block": "FAILED, no id and no op: attn 'unexplained'",
-    "conformer_block": "no pair at depthwise (a later op), not at ffn1's halved feed-forward before the attention",
-}
-TODAY |= {  # fresh21, as first met (the judge frozen)
-    "caption_decoder_layer": "attention.mask_ignored at cross_attn: a memory mask the forward cannot take",
-    "caption_decoder_layer.cross_scaled_by_embed_dim": "FAILED, unexplained at cross_attn (padded memory)",
-}
 _SHARED = "a call= running each sequence as its own request is read as layers sharing weights (ALBERT's)"
 TODAY |= {  # fresh22, as first met (the judge frozen)
     "vllm_llama": _SHARED, "vllm_llama.gate_up_swapped_second_layer": _SHARED,

@@ -293,6 +293,7 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
     result = shared_layer(user_module, reference, exc) or Result(reference=reference)
     if result.diagnoses:
         return result
+    flow = flow or getattr(exc, "flow", None)  # a module read as lacking (mapping.structure), its forward recorded
     found = US.explain(flow) or (exc.answer if isinstance(exc, US.NoPair) and tower is None else None)
     explained(result, found)  # else what it met
     if result.diagnoses or result.unsupported:
@@ -422,7 +423,11 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     output = entry.group == "model" or entry.stands_for is not None  # a model, or in its place
     conventions = caller.conventions() | ({"output": kind} if output else {})
     if choice.probe is not check.probes[(caller.self_attention, caller.causal)]:
-        conventions["mask"] = "none (the module takes no mask): compared on sequences without padding"
+        conventions["mask"] = (  # a target mask only: the source unpadded
+            f"{conventions['mask']}; no source mask: compared on sources without padding"
+            if caller.masks
+            else "none (the module takes no mask): compared on sequences without padding"
+        )
     if choice.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
         conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
     if layout.rope_pairing is not None and cfg.positional == "rope":

@@ -73,6 +73,7 @@ class Structure:
     flow: DF.Flow | None = None  # what the recorded forward said, or None where it could not run
     unrecorded: str = ""  # where the forward could not be recorded: what its last try raised
     names: set = field(default_factory=set)  # every parameter's name (one the forward leaves unread included)
+    lacking: NoPair | None = None  # the first module whose math the reference lacks (raised once the forward is read)
 
 
 @dataclass
@@ -111,11 +112,15 @@ def role_of(name: str) -> str:
 def structure(module: nn.Module) -> Structure:
     """The module's pieces, norms and tables: torch's modules read by their class, any other by its own tensors."""
     found = Structure(names={n for n, _ in module.named_parameters()})
+    lacking = []
     for path, mod in module.named_modules():
         prefix = f"{path}." if path else ""
-        if not _read_builtin(mod, path, prefix, found):
-            _read_own(mod, path, prefix, found)
-    return _untied(module, found)
+        try:
+            if not _read_builtin(mod, path, prefix, found):
+                _read_own(mod, path, prefix, found)
+        except NoPair as exc:
+            lacking.append(exc)
+    return replace(_untied(module, found), lacking=next(iter(lacking), None))
 
 
 def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -> Structure:

@@ -19,13 +19,24 @@ def _rows_without_keys(keep, shape) -> np.ndarray | None:
     return None if keep is None else ~(keep | np.zeros(shape, bool)).any(-1).all(1)
 
 
-def match(user: np.ndarray, variant: np.ndarray, valid, empty=None) -> float:
+def match(user: np.ndarray, variant: np.ndarray, valid, empty=None, finite: bool = False) -> float:
+    """The relative error of `variant` from `user` at the `valid` positions but the `empty` ones (and, where `finite`,
+    but those where the user's output is NaN); NaN counts as far off."""
     if np.shape(user) != np.shape(variant):  # e.g. a module that returns its query (T_q) for a (T_k) variant
         return math.inf
     user, variant = _valid(user, valid), _valid(variant, valid)
     if empty is not None and user.ndim >= 2 and user.shape[:2] == empty.shape:
         user, variant = _valid(user, ~empty), _valid(variant, ~empty)
+    lost = _nan_rows(user) if finite else None  # NaN (a -inf fill's softmax of nothing): compared elsewhere
+    if lost is not None:
+        user, variant = _valid(user, ~lost), _valid(variant, ~lost)
     return _error(np.nan_to_num(user, nan=1e300), variant)
+
+
+def _nan_rows(user: np.ndarray) -> np.ndarray | None:
+    """(B, T) True at the positions whose output holds NaN, where some but not all do; else None."""
+    rows = np.isnan(user).reshape(*user.shape[:2], -1).any(-1) if user.ndim >= 2 else None
+    return rows if rows is not None and rows.any() and not rows.all() else None
 
 
 def match_attention(
@@ -45,13 +56,14 @@ def match_attention(
     Dh = queries[0] // H if queries else D // H  # Qwen3's, latent attention's: H * Dh > D
     site = MK.Site(D, Dh, keep, **read, **context)
 
-    def run(knobs: dict) -> tuple:  # (the variant's output, its rows without keys, its error elsewhere if valid)
+    def run(knobs: dict, finite: bool = False) -> tuple:  # (the variant's output, its rows without keys, its error)
         knobs = {"softcap": softcap, "divisor": divisor, "alibi": alibi} | dict(knobs)
         k, transpose = knobs.pop("keep", keep), knobs.pop("transpose", True)
         if params is None:  # scaled dot-product attention on heads already split
             variant = VR.attention_heads(query, kv[0], kv[1], k, **knobs)
             empty = _rows_without_keys(k, (query.shape[0], 1, query.shape[2], kv[0].shape[2]))
-            return variant, empty, match(user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3), None, empty)
+            by_rows = user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3)
+            return variant, empty, match(*by_rows, None, empty, finite)
         key, value = kv if isinstance(kv, tuple) else (kv, kv)
         options = dict(qk_eps=qk_eps, rotary=rotary, scaling=scaling, order=order, **knobs)
         if through is None:
@@ -61,15 +73,19 @@ def match_attention(
                 lambda q, x, _: VR.multi_head_attention(params, q, x, x, H, k, transpose, n_kv, theta, **options)
             )
         empty = _rows_without_keys(k, (query.shape[0], 1, query.shape[1], key.shape[1]))
-        return variant, empty, match(user_out, variant, valid, empty)
+        return variant, empty, match(user_out, variant, valid, empty, finite)
 
-    unmatched = run({})[2]  # the reference's own
-    for vid, message, knobs in MK.variants(MK.ATTENTION, site):
-        variant, empty, error = run(knobs)
-        if named(error, unmatched) and vid not in {d.id for tier in tiers for d in tier}:
-            strict = match(user_out, variant, None, None) <= MATCH
-            tier = 0 if strict else 1 if match(user_out, variant, None, empty) <= MATCH else 2
-            tiers[tier].append(Diagnosis(vid, message, where, error))
+    for finite in (False, True)[: 1 + (_nan_rows(user_out) is not None)]:  # NaN left out only where none matches
+        unmatched = run({}, finite)[2]  # the reference's own
+        for vid, message, knobs in MK.variants(MK.ATTENTION, site):
+            variant, empty, error = run(knobs, finite)
+            if named(error, unmatched) and vid not in {d.id for tier in tiers for d in tier}:
+                strict = match(user_out, variant, None, None, finite) <= MATCH
+                tier = 0 if strict else 1 if match(user_out, variant, None, empty, finite) <= MATCH else 2
+                lost = " (the output NaN at some positions: compared where finite)" * finite
+                tiers[tier].append(Diagnosis(vid, message + lost, where, error))
+        if any(tiers):
+            break
     return next((tier for tier in tiers if tier), [])
 
 

@@ -160,9 +160,11 @@ def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: in
 
 def probe_of(check: Check, caller) -> LV.Probe:
     """The probe `caller` is run on (cross-, self- or causal self-attention); without the keys' padding where it passes
-    no mask to a layer or component (nothing could hide it). A model builds its masks from the ids' padding."""
-    key = (caller.self_attention, caller.causal)
-    if caller.masks or caller.call is not None or check.entry.group == "model":
+    no source mask (nothing could hide it): a layer's, a component's, or a model's whose padded source is a float
+    memory (a model builds its masks from the ids' padding)."""
+    key, entry = (caller.self_attention, caller.causal), check.entry
+    built = entry.group == "model" and "memory" not in entry.inputs
+    if any(m[0] == "src" for m in caller.masks.values()) or caller.call is not None or built:
         return check.probes[key]
     return check.probes.get(key + ("unpadded",), check.probes[key])
 
@@ -307,6 +309,9 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
             return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal, sizes)
 
         flow, raised = read_flow(user, level, probe, **conventions)
+    if found.lacking is not None:  # raised with the recorded forward: an earlier op may be what it lacks first
+        found.lacking.flow = flow
+        raise found.lacking
     return MP.with_flow(found, user, flow, raised)
 
 

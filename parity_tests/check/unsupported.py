@@ -34,6 +34,7 @@ class NoPair(ValueError):
         said = f"the reference {level!r}" if level else "the reference"
         super().__init__(f"{where} computes {what}: {said} has none, so this is math it does not have")
         self.answer, self.part = differs(where, what), part
+        self.flow: DF.Flow | None = None  # the recorded forward, where it was read before this was raised
 
 
 NORMS = {"rms_norm", "layer_norm", "group_norm", "normalize"}  # F.normalize: x / max(|x|, eps)
@@ -66,8 +67,9 @@ def explain(flow) -> str | Diagnosis | None:
 
 
 def _ran(flow, where: str) -> int:
-    """The index of the first op recorded in submodule `where` (inside it, where none ran in it directly)."""
-    inside = (n.index for n in flow.nodes if n.module == where)
+    """The index of the first op recorded in submodule `where` (inside it, where none ran in it directly); the
+    parameters it reads are no op run."""
+    inside = (n.index for n in flow.nodes if n.module == where and n.op != "param")
     return next(inside, next((n.index for n in flow.nodes if n.module.startswith(f"{where}.")), len(flow.nodes)))
 
 
@@ -94,6 +96,8 @@ def _terms(rec):
             if node.op in DF.MULS and _to_scores(node):
                 yield from ((node, p, None) for p in node.parents if not _to_scores(p))
             elif node.op in DF.ADDS | DF.SUBS and _to_scores(node):
+                products = [p for p in node.parents if p.op in DF.PRODUCTS and _to_scores(p)]
+                yield from ((node, p, None) for p in products[1:])  # a second product: Transformer-XL's position
                 for k, p in enumerate(node.parents):
                     if not _to_scores(p) and tuple(p.shape[-1:]) != (1,):
                         yield node, p, _read(rec, p, -1.0 if k and node.op in DF.SUBS else 1.0, seen)
@@ -135,6 +139,8 @@ def score_terms(rec) -> tuple | None:
             if learned:
                 return node.module, f"the scores are multiplied by a learned factor of {learned[0]} (a temperature)"
             continue
+        if term.op in DF.PRODUCTS:
+            return node.module, f"the scores get a second product added before the softmax, {_product(term)}"
         t5 = _t5(rec, node, term, value)
         if isinstance(t5, tuple) and isinstance(reads, str):
             return node.module, f"the scores get T5's relative position bias, {reads}"
@@ -149,6 +155,84 @@ def score_terms(rec) -> tuple | None:
         if said:
             return node.module, f"the scores get {said} added before the softmax"
     return None
+
+
+def _cross_mask(rec) -> tuple | None:
+    """A mask on a cross-attention's scores (its keys projected from another tensor than its queries) that is not
+    the same for every query (a causal triangle over the memory): the reference masks a cross-attention's keys by
+    the source's padding alone."""
+    for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
+        seen, walked = rec._seen(s), DF.walk(s.parents[:1], _down)
+        scores = next((n for n in walked if n.op in DF.PRODUCTS and not DF.projection(n)), None)
+        q, k = (_inputs(p) for p in scores.parents[:2]) if scores is not None else ([], [])
+        if seen is None or seen.ndim != 2 or not _apart(q, k) or bool((seen == seen[:1]).all()):
+            continue
+        causal = bool((seen == torch.ones(seen.shape, dtype=torch.bool).tril()).all())
+        how = ": query i reads memory positions 0 .. i alone (a causal triangle)" if causal else ""
+        said = f"the cross-attention's scores get a mask that differs from query to query{how}"
+        return s.module, f"{said} (the reference masks a cross-attention's keys by the source's padding alone)"
+    return None
+
+
+def _down(node) -> list:
+    """Back from a term's sum along the scores' side (SCORES_PATH) to their product."""
+    return [p for p in node.parents if _to_scores(p)] if node.op in SCORES_PATH else []
+
+
+def _inputs(node) -> list:
+    """The tensors the nearest projections behind `node` read (through element-wise ops and views)."""
+    found = DF.walk([node], lambda n: [] if DF.projection(n) or n.op in DF.PRODUCTS else n.parents)
+    return [DF.root(p) for n in found if DF.projection(n) for p in n.parents if DF.root(p).param is None]
+
+
+def _apart(q: list, k: list) -> bool:
+    """Whether the queries' and the keys' projections read tensors computed from nothing in common (parameters
+    aside): a cross-attention's. The module's own inputs (a leaf each time a product reads one) tell nothing alone."""
+    if not q or not k or all(n.op == "input" for n in q + k):
+        return False
+    up = [{id(n) for n in DF.walk(side, lambda n: n.parents) if n.param is None} for side in (q, k)]
+    return not up[0] & up[1]
+
+
+def _product(node) -> str:
+    """A product of two operands in the user's terms: each one's projection weights (and the learned tensors added
+    to it), and "a table the forward computes" where nothing the module was called on (its inputs, its ids' lookups)
+    flows into it."""
+
+    def operand(n) -> str:
+        weights, _, learned = DF.back(n)
+        fixed = not any(m.op in ("input", "embedding") for m in DF.walk([n], lambda m: m.parents))  # ids' too
+        said = " and ".join(dict.fromkeys(weights)) or "the states"
+        said += f" (with {', '.join(learned)} added)" if learned else ""
+        return said + " of a table the forward computes (not the input: a positional term)" * fixed
+
+    return " times ".join(operand(p) for p in node.parents[:2])
+
+
+def _macaron(flow) -> tuple | None:
+    """A feed-forward block summed into the stream (times a number, where one scales it) before the first attention
+    reads that stream (Conformer's macaron half-step, x + 0.5 ffn(x), before its attention): the reference's layers
+    run their feed-forward after the attention. Said at the outermost submodule whose output is the block's."""
+    weights = flow.attentions[0].q if flow.attentions and flow.blocks else []
+    reads = [n for n in flow.nodes if n.param in weights][:1]  # the first attention's queries' weight
+    ahead = DF.walk(reads and reads[0].children, lambda n: [] if DF.projection(n) or n.op in DF.MHA else n.children)
+    attention = next((n for n in ahead if DF.projection(n) or n.op in DF.MHA), None)
+    ends = [next((n for n in flow.nodes if DF.projection(n) == w), None) for w in flow.blocks[0][::-1]] if reads else []
+    if attention is None or None in ends or ends[0].index > attention.index:
+        return None
+    out, first = ends[0], ends[-1]
+    stream = {id(n) for n in DF.walk([p for p in first.parents if DF.root(p).param is None], lambda n: n.parents)}
+    path = list(DF.walk(out.children, lambda n: n.children if n.op in ELEMENTWISE | DF.VIEWS | {"dropout"} else []))
+    stream |= set(map(id, path))
+    inward = set(map(id, DF.walk([attention], lambda n: n.parents)))
+    sums = [n for n in path if n.op in DF.ADDS and id(n) in inward and all(id(p) in stream for p in n.parents)]
+    if not sums:
+        return None
+    c = math.prod(f for n in path if (f := DF._factor(n)) is not None and n.index < sums[0].index)
+    where = min((k.path for k in flow.calls if k.output is out and k.path), key=len, default=out.module)
+    times = f"{c:g} * " if c != 1 else ""
+    what = f"a feed-forward summed into the stream before the attention (x + {times}ffn(x), a macaron half-step)"
+    return where, f"{what}; the reference's layer runs its feed-forward after the attention"
 
 
 def _projected(node) -> bool:
@@ -597,6 +681,6 @@ def _uncalled(flow) -> tuple | None:
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
     _renormed, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _glu, _previous_gate,
-    score_terms, _weights, _gain, _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled,
-    _uncalled,
+    score_terms, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped, _activation, _value_embedding,
+    _learned_scale, _pooled, _uncalled,
 )  # fmt: skip
