@@ -41,6 +41,7 @@ from parity_tests.corpus import (
     fresh21,
     fresh22,
     fresh23,
+    fresh24,
     frontier,
     lacking,
     unseen,
@@ -48,7 +49,7 @@ from parity_tests.corpus import (
 
 CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
 CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, fresh18, fresh19, fresh20, fresh21, fresh22, fresh23)
-CORPORA += (lacking,)
+CORPORA += (fresh24, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
@@ -186,6 +187,10 @@ SLOW |= {c[0] for c in fresh23.CASES} - {  # fresh23: a case of each model (and 
     "granite_hand.attention_and_logits_only.scale_given", "granite_hand.residual_multiplier_only", "minicpm_hand",
     "llama4_hand", "llama4_hand.chunks_of_4", "cohere2_hand", "glm4_hand", "olmo3_hand",
     "exaone4_hand.q_norm_over_positions_second_layer",
+}  # fmt: skip
+SLOW |= {c[0] for c in fresh24.CASES} - {  # fresh24: a case of each loop the judge first misread, by default
+    "oss_loop", "oss_loop.arange", "oss_loop.activation_on_up_expert_2", "mixtral_bmm",
+    "mixtral_stacked_loop.activation_on_up_expert_1_second_layer",
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",
@@ -707,6 +712,22 @@ def test_a_mistake_inside_one_expert_of_a_gpt_oss_written_by_hand_is_named(monke
     got = [(d.id, d.where) for d in result.diagnoses]
     assert got == [("gated_feed_forward.activation_on_up", "blocks.0.mlp.experts")], str(result)
     assert result.diagnoses[0].message.endswith("(expert 2)"), str(result)
+
+
+def test_a_mistake_inside_one_expert_of_stacked_tensors_read_in_a_loop_names_its_number():
+    """fresh24: GPT-OSS's stacked experts read one at a time in a loop (by an int, by a 0-dim tensor), and Mixtral's
+    w1 / w3 / w2 stacked apart read by w1[e]: the mistake in one expert is said at the experts with its number (units
+    Mixture.stacked; divergence._expert_at: tensors holding every expert's rows are no one expert's module)."""
+    for factory, where, said in (
+        (lambda: fresh24.oss_loop(on_up=2), "blocks.0.mlp.experts", "(expert 2)"),
+        (lambda: fresh24.oss_loop(torch.arange, on_up=2), "blocks.0.mlp.experts", "(expert 2)"),
+        (lambda: fresh24.mixtral_bmm((1,), form="loop"), "layers.1.mlp.experts", "(expert 1)"),
+    ):
+        torch.manual_seed(0)
+        result = check.module(factory(), "transformer_lm")
+        got = [(d.id, d.where) for d in result.diagnoses]
+        assert got == [("gated_feed_forward.activation_on_up", where)], str(result)
+        assert result.diagnoses[0].message.endswith(said), str(result)
 
 
 def test_experts_the_judges_inputs_never_reach_are_said(monkeypatch):

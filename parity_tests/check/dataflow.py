@@ -300,9 +300,13 @@ def root(node: Node) -> Node:
 
 
 def picked(node: Node) -> bool:
-    """A parameter's rows picked by a router's top-k choice (GPT-OSS's experts' weights gathered per row)."""
-    index = node.parents[1:] if node.op == "__getitem__" and node.parents[0].param is not None else []
-    return any(n.op == "topk" for n in walk(index, lambda n: n.parents))
+    """A parameter's rows picked by a router's top-k choice (GPT-OSS's experts' weights gathered per row), or one
+    row of it by one number, an int or a 0-dim tensor (an expert's of stacked ones, in a loop over the experts)."""
+    if node.op != "__getitem__" or node.parents[0].param is None:
+        return False
+    index, shape = node.parents[1:], node.parents[0].shape
+    one = all(n.shape == () for n in index) and len(shape) > 1 and node.shape == shape[1:]
+    return one or any(n.op == "topk" for n in walk(index, lambda n: n.parents))
 
 
 def weight_of(node: Node) -> str | None:

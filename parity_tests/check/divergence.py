@@ -408,10 +408,11 @@ def _expert_activation(cfg) -> str:
 
 def _expert_at(check, choice, unit: str, e: int, where: str) -> tuple[str, bool]:
     """(the user's module of expert e of the reference's mixture `unit`, whether it is the expert's own): the module
-    holding its rows of the experts' weights, else (the experts stacked in one tensor) the experts', else `where`."""
+    holding its rows of the experts' weights (and no other's), else (the experts stacked in one tensor, or in one
+    tensor each of gate, up and down) the experts', else `where`."""
     F, D, E = (choice.cfg.expert_width, choice.cfg.d_model, choice.cfg.n_experts)
     starts = {f"{unit}.experts.gate_up_proj": {2 * e * F, (2 * e + 1) * F}, f"{unit}.experts.down_proj": {e * D}}
-    users = [k.user for k in choice.layout.links for n, r in k.parts if r and r[0] in starts.get(n, ())]
+    users = [k.user for k in choice.layout.links if all(r and r[0] in starts.get(n, ()) for n, r in k.parts)]
     users += [k.user for k in choice.layout.links if e == E and k.parts[0][0].startswith(f"{unit}.shared.")]
     stacked = [k.user for k in choice.layout.links if k.parts[0][0] in starts]
     return _called(_lca([u.rpartition(".")[0] for u in users or stacked]), _modules(check)) or where, bool(users)

@@ -253,6 +253,9 @@ def _mixtures(flow, by: dict, blocks: list) -> list:
         elif len(block) == 3 and block[0] == block[1] and flow.axes(block[0]) == 3:  # stacked: (gate_up, down)
             names = {"gate_up_proj": block[0], "down_proj": block[2]}
             out[-1].stacked = names | {f"{n}_bias": b for n, w in names.items() if (b := flow.picked_bias(w))}
+        elif len(block) == 3 and flow.axes(block[-1]) == 3:  # stacked: gate, up and down apart (Mixtral's by bmm)
+            swap = role_of(block[0]) == "up" or role_of(block[1]) == "gate"  # names settle them: silu on up is one
+            out[-1].stacked = dict(zip(("up", "gate", "down") if swap else ("gate", "up", "down"), block, strict=True))
         else:
             out[-1].experts.append(_pieces(by, block, "a feed-forward block"))
     for mixture in out:
@@ -679,7 +682,11 @@ class Linker:
         mixture's router, and each expert's gate, up and down as its rows of the experts' stacked weights."""
         if isinstance(block, Mixture):
             self.piece(block.router, [(f"{prefix}router", None)], self.cfg.expert_kind == "gpt_oss")
-            self.links += [Link(user, [(f"{prefix}experts.{ref}", None)]) for ref, user in block.stacked.items()]
+            F, D = self.cfg.expert_width, self.cfg.d_model
+            if "gate" in block.stacked:
+                self._stacked(block, prefix, F, D)
+            else:
+                self.links += [Link(user, [(f"{prefix}experts.{ref}", None)]) for ref, user in block.stacked.items()]
             if block.shared:
                 self.ffn(block.shared, f"{prefix}shared.")
             if block.score_bias:
@@ -687,7 +694,6 @@ class Linker:
             if block.stacked:
                 return
             self.count(f"experts run after {block.router.weight}", len(block.experts), block.router.out_features)
-            F, D = self.cfg.expert_width, self.cfg.d_model
             for e, (gate, up, down) in enumerate(block.experts):
                 rows = [(gate, "gate_up", 2 * e * F, F), (up, "gate_up", (2 * e + 1) * F, F), (down, "down", e * D, D)]
                 for p, name, start, n in rows:
@@ -701,6 +707,17 @@ class Linker:
         names = ("gate", "linear1", "linear2")[-len(block) :]
         for p, name in zip(block, names, strict=True):
             self.piece(p, [(f"{prefix}{name}", None)], self.cfg.bias)
+
+    def _stacked(self, block: Mixture, prefix: str, F: int, D: int) -> None:
+        """Gate, up and down each stacked in one (E, in, out) tensor (or (E, out, in), where its second axis is not
+        the width its product reads): expert e's rows of the reference's gate_up_proj (gate first) and down_proj."""
+        rows = {"gate": ("gate_up", 2 * F, 0, F), "up": ("gate_up", 2 * F, F, F), "down": ("down", D, 0, D)}
+        flow, E = self.found.flow, block.router.out_features
+        for role, user in block.stacked.items():
+            name, step, first, n = rows[role]
+            parts = [(f"{prefix}experts.{name}_proj", (e * step + first, e * step + first + n)) for e in range(E)]
+            each = next(x.shape for x in flow.nodes if x.param == user)[1] == flow.operand_width(user)
+            self.links.append(Link(user, parts, heads=E, each_transposed=each))
 
     def attention(self, attention: dict, prefix: str) -> None:
         """One attention's pieces linked to the reference's {q,k,v,out}_proj under `prefix`, then its per-head q and
