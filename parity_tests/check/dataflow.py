@@ -355,8 +355,9 @@ def _residual(node: Node) -> bool:
 
 
 def _stream_sum(node: Node) -> bool:
-    """A sum of two computed tensors, not a projection's bias added (Falcon's)."""
-    return node.op in ADDS and all(root(p).param is None for p in node.parents)
+    """A sum of two computed tensors, not a projection's bias added (Falcon's) nor a number (a norm's eps)."""
+    two = len(node.parents) == 2 or node.value is None  # the stream may be a layer's input, never recorded
+    return node.op in ADDS and two and all(root(p).param is None for p in node.parents)
 
 
 def _factor(node: Node) -> float | None:
