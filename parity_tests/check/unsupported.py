@@ -588,13 +588,14 @@ def _uncalled(flow) -> tuple | None:
 
 
 def _embedding_scale(rec) -> tuple | None:
-    """A token lookup (B, T, D) multiplied by a number c other than 1 and sqrt(D) (the reference's scale_embeddings):
-    Granite's embedding_multiplier, MiniCPM's scale_emb; said where it is multiplied."""
+    """A token lookup (B, T, D) multiplied by a number c other than 1 and sqrt(D) (the reference's scale_embeddings)
+    and D (the catalogue's embedding.double_scale): Granite's embedding_multiplier, MiniCPM's scale_emb; said where
+    it is multiplied."""
     for lookup in (n for n in rec.nodes if n.op == "embedding" and n.shape):
         ahead = DF.walk(lookup.children, lambda n: n.children if n.op in DF.VIEWS | {"dropout"} else [])
         node, D = next((n for n in ahead if DF._factor(n) is not None), None), lookup.shape[-1]
         c = DF._factor(node) if node is not None else None
-        if c is not None and not any(math.isclose(c, s, rel_tol=1e-3) for s in (1.0, math.sqrt(D))):
+        if c is not None and not any(math.isclose(c, s, rel_tol=1e-3) for s in (1.0, math.sqrt(D), D)):
             table = DF.root(lookup.parents[-1]).param or "the token table"
             what = f"the embeddings ({table}) are multiplied by {c:.4g}, where the reference scales them by sqrt(D)"
             return node.module, f"{what} = {math.sqrt(D):.4g} or not at all"
