@@ -320,37 +320,59 @@ def test_the_judge_reads_transformers_deepseek_v2(mistake, tmp_path):
     assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("attention.wrong_scale", "model.layers.1.self_attn")
 
 
-def _experts_activation_on_up(self, hidden_states, top_k_index, top_k_weights):
-    """transformers' DeepseekV2Experts / DeepseekV3Experts.forward with silu on the up half: down(gate * silu(up))."""
+def _experts_activation_on_up(self, hidden_states, top_k_index, top_k_weights, only=None):
+    """transformers' DeepseekV2Experts / DeepseekV3Experts.forward with silu on the up half: down(gate * silu(up)),
+    in every expert or in expert `only` alone."""
     out = torch.zeros_like(hidden_states)
     for e in range(self.num_experts):
         rows, slot = torch.where(top_k_index == e)
         gate, up = torch.nn.functional.linear(hidden_states[rows], self.gate_up_proj[e]).chunk(2, dim=-1)
-        h = torch.nn.functional.linear(gate * self.act_fn(up), self.down_proj[e])
+        on_up = only is None or e == only
+        h = torch.nn.functional.linear(gate * self.act_fn(up) if on_up else self.act_fn(gate) * up, self.down_proj[e])
         out.index_add_(0, rows, h * top_k_weights[rows, slot, None])
     return out
 
 
-@pytest.mark.parametrize("mistake", [None, "scale 1/d", "activation on up"])
+def _shared_activation_on_up(self, x):
+    """transformers' DeepseekV3MLP.forward (DeepSeek's shared experts) with silu on the up projection."""
+    return self.down_proj(self.gate_proj(x) * self.act_fn(self.up_proj(x)))
+
+
+# a mistake -> (its catalogue id, where it is named, the end of its message)
+MISTAKES = {
+    "scale 1/d": ("attention.wrong_scale", "model.layers.1.self_attn", ""),
+    "activation on up": ("gated_feed_forward.activation_on_up", "model.layers.2.mlp.experts", "(every routed expert)"),
+    "expert 3 on up": ("gated_feed_forward.activation_on_up", "model.layers.2.mlp.experts", "(expert 3)"),
+    "shared on up": ("gated_feed_forward.activation_on_up", "model.layers.2.mlp.shared_experts", "(up(x)))"),
+}
+
+
+@pytest.mark.parametrize("mistake", [None, *MISTAKES])
 @pytest.mark.parametrize("family", ["deepseek_v2", "deepseek_v3"])
 def test_the_judge_reads_transformers_deepseek_as_shipped(family, mistake, tmp_path):
     """transformers' DeepSeek-V2 and V3 as hf_compare.TINY builds them: YaRN (factor 40) with its mscale on the
     softmax scale (read from the scores' scale, the YaRN the module states), layer 0 dense, then mixtures with their
     experts F_e = 12 wide (not d_ff), shared experts beside them and DeepSeek's routers (V2: softmax, greedy; V3:
     sigmoid, a correction bias for the choice, 2 of 4 groups, routed_scaling 2.5, renormalised) pass; layer 1's scores
-    scaled by 1/d, and every routed expert of layer 2 with its activation on the up half, are named there."""
+    scaled by 1/d is named there; the activation on the up half in every routed expert of layer 2, in its expert 3
+    alone (at the stacked experts, the message naming expert 3), or in its shared experts (gate_proj and up_proj
+    settled by their names, as the routed experts' are: the shared experts' own module), is named too."""
+    import functools
     import types
 
     from parity_tests import check
     from parity_tests import hf_compare as H
 
     model = H.build_tiny(family, tmp_path)
+    mlp = model.model.layers[2].mlp
     if mistake == "scale 1/d":
         attention = model.model.layers[1].self_attn
         attention.scaling = 1 / attention.qk_head_dim
-    if mistake == "activation on up":
-        experts = model.model.layers[2].mlp.experts
-        experts.forward = types.MethodType(_experts_activation_on_up, experts)
+    if mistake in ("activation on up", "expert 3 on up"):
+        on_up = functools.partial(_experts_activation_on_up, only=3 if mistake == "expert 3 on up" else None)
+        mlp.experts.forward = types.MethodType(on_up, mlp.experts)
+    if mistake == "shared on up":
+        mlp.shared_experts.forward = types.MethodType(_shared_activation_on_up, mlp.shared_experts)
     result = check.module(model, "transformer_lm")
     if mistake is None:
         assert result.passed, str(result)
@@ -359,9 +381,9 @@ def test_the_judge_reads_transformers_deepseek_as_shipped(family, mistake, tmp_p
         assert cfg.router_scoring == ("sigmoid" if family == "deepseek_v3" else "softmax"), str(result)
         return
     assert not result.passed and result.diagnoses, str(result)
-    where = "model.layers.1.self_attn" if mistake == "scale 1/d" else "model.layers.2.mlp.experts"
-    named = "attention.wrong_scale" if mistake == "scale 1/d" else "gated_feed_forward.activation_on_up"
+    named, where, said = MISTAKES[mistake]
     assert (result.diagnoses[0].id, result.diagnoses[0].where) == (named, where), str(result)
+    assert result.diagnoses[0].message.endswith(said), str(result)
 
 
 def test_the_judge_says_deepseek_v2_group_limited_greedy_has_no_pair(tmp_path):
@@ -374,3 +396,63 @@ def test_the_judge_says_deepseek_v2_group_limited_greedy_has_no_pair(tmp_path):
     result = check.module(H.build_tiny("deepseek_v2", tmp_path, **groups), "transformer_lm")
     assert not result.passed and result.unsupported is not None, str(result)
     assert "groups ranked otherwise" in str(result) and "model.layers.1.mlp.gate" in str(result), str(result)
+
+
+class _Expert(torch.nn.Module):
+    """One expert as DeepSeek's own code writes it (a DeepseekMLP in a ModuleList): gate_proj, up_proj, down_proj,
+    its weights expert e's rows of transformers' stacked ones; on_up: silu on the up projection."""
+
+    def __init__(self, gate_up: torch.Tensor, down: torch.Tensor, on_up: bool):
+        super().__init__()
+        F, self.on_up = down.shape[-1], on_up
+        self.gate_proj, self.up_proj = (torch.nn.Linear(gate_up.shape[1], F, bias=False) for _ in range(2))
+        self.down_proj = torch.nn.Linear(F, down.shape[0], bias=False)
+        with torch.no_grad():
+            linears = (self.gate_proj, self.up_proj, self.down_proj)
+            for linear, weight in zip(linears, (*gate_up.chunk(2), down), strict=True):
+                linear.weight.copy_(weight)
+
+    def forward(self, x):
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        act = torch.nn.functional.silu
+        return self.down_proj(gate * act(up) if self.on_up else act(gate) * up)
+
+
+def _moe_of_a_module_list(self, hidden_states):
+    """DeepseekV3MoE.forward with its experts a ModuleList, each run on the rows that chose it."""
+    _, weights, chosen = self.gate(hidden_states)
+    x = hidden_states.view(-1, hidden_states.shape[-1])
+    out = torch.zeros_like(x)
+    for e, expert in enumerate(self.experts):
+        rows, slot = torch.where(chosen == e)
+        out.index_add_(0, rows, expert(x[rows]) * weights[rows, slot, None])
+    return out.view(hidden_states.shape) + self.shared_experts(hidden_states)
+
+
+@pytest.mark.parametrize("family", ["deepseek_v2", "deepseek_v3"])
+def test_a_mistake_in_one_expert_of_deepseeks_module_list_is_named_at_it(family, tmp_path):
+    """DeepSeek's experts as its own modeling code keeps them (a ModuleList of gated blocks, not transformers' stacked
+    tensors): as released it passes; silu on the up projection of expert 3 of layer 2 is named at that expert's
+    module (model.layers.2.mlp.experts.3)."""
+    import types
+
+    from parity_tests import check
+    from parity_tests import hf_compare as H
+
+    def built(on_up: int | None):
+        model = H.build_tiny(family, tmp_path)
+        for i, layer in enumerate(model.model.layers[1:], start=1):
+            stacked = layer.mlp.experts
+            del layer.mlp.experts
+            layer.mlp.experts = torch.nn.ModuleList(
+                _Expert(stacked.gate_up_proj[e].detach(), stacked.down_proj[e].detach(), (i, e) == (2, on_up))
+                for e in range(stacked.num_experts)
+            )
+            layer.mlp.forward = types.MethodType(_moe_of_a_module_list, layer.mlp)
+        return model
+
+    released = check.module(built(None), "transformer_lm")
+    assert released.passed, str(released)
+    result = check.module(built(3), "transformer_lm")
+    got = [(d.id, d.where) for d in result.diagnoses]
+    assert got == [("gated_feed_forward.activation_on_up", "model.layers.2.mlp.experts.3")], str(result)

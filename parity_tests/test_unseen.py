@@ -85,7 +85,7 @@ TODAY |= {  # fresh20 (speech and sequence-to-sequence by hand), as first met wi
     "conformer_block": "no pair at depthwise (a later op), not at ffn1's halved feed-forward before the attention",
 }
 EINSUM_LINEAR = "could not judge: cannot reshape (64,32): the einsum Linear's (d_out, d_in) weight read transposed"
-TODAY: dict[str, str] = {
+TODAY |= {  # fresh21, as first met (the judge frozen)
     # fresh21: the einsum Linear "... i, o i -> ... o" (an nn.Linear subclass in its place passes)
     "scratch_lm": EINSUM_LINEAR,
     "scratch_lm.block": EINSUM_LINEAR,
@@ -659,6 +659,75 @@ def test_heads_wider_than_d_model_over_h_are_read_with_their_width():
     assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("attention.wrong_scale", "trf_blocks.1.att")
     message = result.diagnoses[0].message
     assert "expected sqrt(d_head) = 4" in message and "2.83" not in message, str(result)
+
+
+def _gpt_oss_on_up_in(only):
+    """GptOssExperts.forward (transformers' eager loop) with the gate and up halves of expert `only` (None: of every
+    expert) swapped: its clamped swish on the up projection, (clip(gate) + 1) * min(up) sigmoid(alpha min(up))."""
+
+    def forward(self, hidden_states, router_indices=None, routing_weights=None):
+        out = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            mask = torch.nn.functional.one_hot(router_indices, num_classes=self.num_experts).permute(2, 1, 0)
+            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+        for e in hit[:, 0]:
+            slot, rows = torch.where(mask[e])
+            gate_up = hidden_states[rows] @ self.gate_up_proj[e] + self.gate_up_proj_bias[e]
+            if only is None or e == only:
+                gate_up = gate_up.view(len(rows), -1, 2).flip(-1).flatten(-2)
+            h = self._apply_gate(gate_up) @ self.down_proj[e] + self.down_proj_bias[e]
+            out.index_add_(0, rows, h * routing_weights[rows, slot, None])
+        return out
+
+    return forward
+
+
+@pytest.mark.parametrize("only", [2, None], ids=["expert 2", "every expert"])
+def test_a_mistake_inside_transformers_gpt_oss_experts_is_named(only, monkeypatch):
+    """divergence._expert_variants on GPT-OSS's stacked experts ((in, out), gate and up interleaved, biases, clamped
+    SwiGLU): the activation on the up half of expert 2 of layer 1 (of every expert) is activation_on_up at the
+    experts' module, the message naming expert 2 (every routed expert); it was 'unexplained at model.layers.1.mlp'."""
+    import types
+
+    import transformers as T
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    rope = {"rope_type": "default", "rope_theta": 1.5e5}
+    fields = dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=2, vocab_size=40, max_position_embeddings=64,
+                  num_key_value_heads=2, num_experts_per_tok=2, experts_implementation="eager", intermediate_size=12,
+                  num_local_experts=4, head_dim=4, rope_parameters=rope)  # fmt: skip
+    model = T.GptOssForCausalLM(T.GptOssConfig(**fields)).eval()
+    experts = model.model.layers[1].mlp.experts
+    monkeypatch.setattr(experts, "forward", types.MethodType(_gpt_oss_on_up_in(only), experts))
+    result = check.module(model, "transformer_lm")
+    got = [(d.id, d.where) for d in result.diagnoses]
+    assert got == [("gated_feed_forward.activation_on_up", "model.layers.1.mlp.experts")], str(result)
+    said = "(expert 2)" if only == 2 else "(every routed expert)"
+    assert result.diagnoses[0].message.endswith(said), str(result)
+
+
+def _gathered_on_up_in_expert_2(self, x, e):
+    """fresh11's GatheredExperts.forward (weights gathered per row) with the gate and up halves swapped on the rows
+    that go to expert 2: its clamped swish on the up projection there."""
+    h = torch.einsum("nd,ndf->nf", x, self.gate_up_proj[e]) + self.gate_up_proj_bias[e]
+    two = (e == 2)[:, None]
+    gate, up = torch.where(two, h[:, 1::2], h[:, 0::2]), torch.where(two, h[:, 0::2], h[:, 1::2])
+    gate, up = gate.clamp(max=self.limit), up.clamp(-self.limit, self.limit)
+    act = (up + 1) * gate * torch.sigmoid(self.alpha * gate)
+    return torch.einsum("nf,nfd->nd", act, self.down_proj[e]) + self.down_proj_bias[e]
+
+
+def test_a_mistake_inside_one_expert_of_a_gpt_oss_written_by_hand_is_named(monkeypatch):
+    """fresh11's GPT-OSS (its experts' weights gathered row by row from stacked tensors), expert 2's activation on
+    its up half in both layers: activation_on_up at layer 0's experts, the message naming expert 2 (it was
+    'unexplained at blocks.0.mlp')."""
+    monkeypatch.setattr(fresh11.SinkAttention, "forward", _sink_as_column)
+    monkeypatch.setattr(fresh11.GatheredExperts, "forward", _gathered_on_up_in_expert_2)
+    result = check.module(fresh11.gpt_oss(), "transformer_lm")
+    got = [(d.id, d.where) for d in result.diagnoses]
+    assert got == [("gated_feed_forward.activation_on_up", "blocks.0.mlp.experts")], str(result)
+    assert result.diagnoses[0].message.endswith("(expert 2)"), str(result)
 
 
 def test_experts_the_judges_inputs_never_reach_are_said(monkeypatch):

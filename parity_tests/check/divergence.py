@@ -334,29 +334,24 @@ def _expert_variants(check, choice, stage: R.Stage, user_out, where: str, valid)
     experts' where they are stacked in one tensor)."""
     params, x = M.sub(check.params, stage.unit), stage.inputs[0]
     y, cache = M.ffn_forward(params, x, choice.cfg, None, "ffn")
-    if cache.kind not in ("moe", "deepseek_moe"):
+    if cache.kind not in ("moe", "deepseek_moe", "gpt_oss_moe"):
         return []
-    top_k = cache.block.top_k if cache.kind == "moe" else cache.block.router  # DeepSeek's: its gates the experts'
-    x2, S, g = (
+    top_k = cache.block.router if cache.kind == "deepseek_moe" else cache.block.top_k  # DeepSeek's: its gates the
+    x2, S, g = (  # experts'
         x.reshape(-1, x.shape[-1]),
         top_k.selected,
-        cache.block.experts.gates if cache.kind != "moe" else top_k.gates,
+        cache.block.experts.gates if cache.kind == "deepseek_moe" else top_k.gates,
     )
-    gate_up, down = params["experts.gate_up_proj"], params["experts.down_proj"]
-    F, D = down.shape[-1], down.shape[1]
+    E, D, activation = len(params["experts.gate_up_proj"]), y.shape[-1], _expert_activation(choice.cfg)
     shared = {
         n: params[f"shared.{n}"] for n in ("gate.weight", "linear1.weight", "linear2.weight") if f"shared.{n}" in params
     }
-    for e in range(len(gate_up) + bool(shared)):  # the shared experts last: every row, weighed 1
-        rows, slot = np.nonzero(S == e) if e < len(gate_up) else (np.arange(len(x2)), None)
+    for e in range(E + bool(shared)):  # the shared experts last: every row, weighed 1
+        rows, slot = np.nonzero(S == e) if e < E else (np.arange(len(x2)), None)
         if not len(rows):
             continue
-        own = (
-            {"gate.weight": gate_up[e, :F], "linear1.weight": gate_up[e, F:], "linear2.weight": down[e]}
-            if slot is not None
-            else shared
-        )
-        ref = VR.gated_feed_forward(own, x2[rows], choice.cfg.activation)
+        own = _expert(params, e, choice.cfg) if slot is not None else shared
+        ref = VR.gated_feed_forward(own, x2[rows], activation)
 
         def through(expert, rows=rows, slot=slot, ref=ref):
             out = y.reshape(-1, D).copy()
@@ -364,7 +359,7 @@ def _expert_variants(check, choice, stage: R.Stage, user_out, where: str, valid)
             return out.reshape(y.shape)
 
         at, own_module = _expert_at(check, choice, stage.unit, e, where)
-        found = match_unit("gated_feed_forward", user_out, x2[rows], own, 0, choice.cfg.activation, at, valid, through)
+        found = match_unit("gated_feed_forward", user_out, x2[rows], own, 0, activation, at, valid, through)
         if found:
             return [dataclasses.replace(d, message=d.message + f" (expert {e})" * (not own_module)) for d in found]
     return _every_expert(check, choice, stage, user_out, where, valid, (x2, S, g, y))
@@ -374,23 +369,41 @@ def _every_expert(check, choice, stage: R.Stage, user_out, where: str, valid, ru
     """The routed experts' gated-block variants all at once (one forward for every expert, as transformers' stacked
     experts run): y + sum_e sum_j [S_j = e] g_j (FFN'_e(x) - FFN_e(x)), named at the experts' module."""
     (x2, S, g, y), params = run, M.sub(check.params, stage.unit)
-    gate_up, down = params["experts.gate_up_proj"], params["experts.down_proj"]
-    F, own = down.shape[-1], {}
+    own: dict = {}
+    activation = _expert_activation(choice.cfg)
 
     def through(expert):
         out = y.reshape(-1, y.shape[-1]).copy()
-        for e in range(len(gate_up)):  # `expert` reads `own`, set to expert e's weights
+        for e in range(len(params["experts.gate_up_proj"])):  # `expert` reads `own`, set to expert e's weights
             rows, slot = np.nonzero(S == e)
-            own.update({"gate.weight": gate_up[e, :F], "linear1.weight": gate_up[e, F:], "linear2.weight": down[e]})
-            ref = VR.gated_feed_forward(own, x2[rows], choice.cfg.activation)
+            own.update(_expert(params, e, choice.cfg))
+            ref = VR.gated_feed_forward(own, x2[rows], activation)
             np.add.at(out, rows, g[rows, slot, None] * (expert(x2[rows]) - ref))
         return out.reshape(y.shape)
 
     at, own_module = _expert_at(check, choice, stage.unit, 0, where)
     found = match_unit(
-        "gated_feed_forward", user_out, x2, own, 0, choice.cfg.activation, where if own_module else at, valid, through
+        "gated_feed_forward", user_out, x2, own, 0, activation, where if own_module else at, valid, through
     )
     return [dataclasses.replace(d, message=d.message + " (every routed expert)") for d in found]
+
+
+def _expert(params: dict, e: int, cfg) -> dict:
+    """Expert e of stacked experts as a gated block of the reference's names: its rows of gate_up_proj (gate first,
+    up second), of down_proj; GPT-OSS's (in, out), gate and up interleaved in the columns, with biases and its clamp."""
+    gate_up, down = params["experts.gate_up_proj"][e], params["experts.down_proj"][e]
+    if cfg.expert_kind != "gpt_oss":
+        F = down.shape[-1]
+        return {"gate.weight": gate_up[:F], "linear1.weight": gate_up[F:], "linear2.weight": down}
+    W, b = gate_up.T, params["experts.gate_up_proj_bias"][e]
+    return {"gate.weight": W[::2], "gate.bias": b[::2], "linear1.weight": W[1::2], "linear1.bias": b[1::2],
+            "linear2.weight": down.T, "linear2.bias": params["experts.down_proj_bias"][e],
+            "limit": cfg.swiglu_limit, "alpha": cfg.swiglu_alpha}  # fmt: skip
+
+
+def _expert_activation(cfg) -> str:
+    """The experts' activation as said: GPT-OSS's clamped a sigmoid(alpha a) ("clamped swish"), else the config's."""
+    return "clamped swish" if cfg.expert_kind == "gpt_oss" else cfg.activation
 
 
 def _expert_at(check, choice, unit: str, e: int, where: str) -> tuple[str, bool]:

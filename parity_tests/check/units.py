@@ -151,7 +151,8 @@ def _units(entry, found, units: Units) -> None:
         _refuse_unpaired(entry, flow, units.parallel)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
     units.gated = bool(units.blocks) and all(len(b) == 3 for b in experts(units.blocks))
-    for block in experts(units.blocks) if units.gated else []:  # names settle gate and up: silu on the up is a mistake
+    shared = [b.shared for b in units.blocks if isinstance(b, Mixture) and len(b.shared) == 3]  # DeepSeek's too
+    for block in experts(units.blocks) + shared if units.gated else []:  # names settle gate and up: silu on up is one
         if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":
             block[:2] = block[1::-1]
     if units.attentions:

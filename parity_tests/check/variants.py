@@ -194,11 +194,14 @@ def rms_norm(x, weight, eps, eps_outside=False, axis=-1):
 
 def gated_feed_forward(params, x, activation="silu", on_up=False):
     """down(act(gate(x)) * up(x)) (the reference's gated block, linear1 the up projection); on_up puts the
-    activation on the up projection instead: down(gate(x) * act(up(x)))."""
-    act = ACTIVATIONS[activation][0]
+    activation on the up projection instead: down(gate(x) * act(up(x))). With params' "limit" L and "alpha" (GPT-OSS's
+    expert) the clamped SwiGLU down((clip(up, -L, L) + 1) * a sigmoid(alpha a)), a = min(gate, L)."""
     g, u = linear(x, params, "gate"), linear(x, params, "linear1")
-    h = g * act(u)[0] if on_up else act(g)[0] * u
-    return linear(h, params, "linear2")
+    g, u = (u, g) if on_up else (g, u)
+    if "limit" not in params:
+        return linear(ACTIVATIONS[activation][0](g)[0] * u, params, "linear2")
+    L, a = params["limit"], np.minimum(g, params["limit"])
+    return linear((np.clip(u, -L, L) + 1) * a / (1 + np.exp(-params["alpha"] * a)), params, "linear2")
 
 
 def sinusoid_tables(max_len: int, d_model: int) -> dict:
