@@ -360,13 +360,14 @@ def _residual(node: Node) -> bool:
 
 def _stream_sum(node: Node) -> bool:
     """A sum of two computed tensors (a table's rows read by ids, W[ids], among them), not a projection's bias
-    added (Falcon's)."""
+    added (Falcon's) nor a number (a norm's eps)."""
 
     def computed(p: Node) -> bool:
         seen = walk([p], lambda n: n.parents[:1] if n.op in VIEWS else [])
         return root(p).param is None or any(n.op == "__getitem__" and np.ndim(n.value) > 1 for n in seen)
 
-    return node.op in ADDS and all(map(computed, node.parents))
+    two = len(node.parents) == 2 or node.value is None  # the stream may be a layer's input, never recorded
+    return node.op in ADDS and two and all(map(computed, node.parents))
 
 
 def _factor(node: Node) -> float | None:

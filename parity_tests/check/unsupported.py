@@ -678,9 +678,52 @@ def _uncalled(flow) -> tuple | None:
     return (where, f"{said} never called in the block (the other blocks call theirs)") if parts else None
 
 
+def _embedding_scale(rec) -> tuple | None:
+    """A token lookup (B, T, D) multiplied by a number c other than 1 and sqrt(D) (the reference's scale_embeddings)
+    and D (the catalogue's embedding.double_scale): Granite's embedding_multiplier, MiniCPM's scale_emb; said where
+    it is multiplied."""
+    for lookup in (n for n in rec.nodes if n.op == "embedding" and n.shape):
+        ahead = DF.walk(lookup.children, lambda n: n.children if n.op in DF.VIEWS | {"dropout"} else [])
+        node, D = next((n for n in ahead if DF._factor(n) is not None), None), lookup.shape[-1]
+        c = DF._factor(node) if node is not None else None
+        if c is not None and not any(math.isclose(c, s, rel_tol=1e-3) for s in (1.0, math.sqrt(D), D)):
+            table = DF.root(lookup.parents[-1]).param or "the token table"
+            what = f"the embeddings ({table}) are multiplied by {c:.4g}, where the reference scales them by sqrt(D)"
+            return node.module, f"{what} = {math.sqrt(D):.4g} or not at all"
+    return None
+
+
+def _chunked(rec) -> tuple | None:
+    """A causal mask that also hides the keys of earlier chunks of c positions (query i reads key j <= i only where
+    i // c == j // c: Llama 4's attention_chunk_size), block-diagonal, which no sliding window is."""
+    for node in (n for n in rec.nodes if n.op in DF.SOFTMAX | DF.MHA | {DF.SDPA}):
+        seen = rec._seen(node)
+        if seen is None or seen.ndim != 2 or seen.shape[0] != seen.shape[1] or rec.width(node) is not None:
+            continue
+        i, j = torch.arange(seen.shape[0])[:, None], torch.arange(seen.shape[0])[None]
+        c = next((c for c in range(1, seen.shape[0]) if torch.equal(seen, (j <= i) & (i // c == j // c))), None)
+        if c is not None:
+            return node.module, f"the mask lets each query read only the causal keys of its own chunk of {c} positions"
+    return None
+
+
+def _norm_after_rotary(rec) -> tuple | None:
+    """A q or k norm whose gain per feature meets the features after the rotary turned them (Hunyuan's query_layernorm
+    on the turned queries): g (R x) / rms, where the reference's q/k norm gives R (g x) / rms, before the rotation."""
+    for a in rec.attentions:
+        for scale, role in ((s, r) for s, r in a.norms.items() if s in rec.order):
+            use = rec.nodes[rec.order[scale]]  # its first use: the normed x times the gain
+            behind = DF.walk(use.parents, lambda n: [] if n.op in DF.PRODUCTS else n.parents)  # back to the projection
+            gain = any(DF.root(p).param == scale and _per_feature(p) for p in use.parents)
+            if gain and any(n.op in ("cos", "sin", "polar") for n in behind):
+                what = f"{scale} (a gain per feature) normalises the {'queries' if role == 'q' else 'keys'} after"
+                return a.module, f"{what} the rotary turns them, where the reference's q/k norm comes before it"
+    return None
+
+
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _renormed, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _glu, _previous_gate,
-    score_terms, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped, _activation, _value_embedding,
-    _learned_scale, _pooled, _uncalled,
+    _renormed, _embedding_scale, _chunked, _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm,
+    _normalised_weight, _glu, _previous_gate, score_terms, _cross_mask, _macaron, _weights, _gain, _output_gate,
+    _clamped, _activation, _value_embedding, _learned_scale, _pooled, _uncalled,
 )  # fmt: skip

@@ -59,6 +59,11 @@ First met: 11 of 18 right (10 of 17 on the expectations as first written). Wrong
 - hunyuan_hand: "unexplained: model.layers.0.self_attn ... positions 1, 2, 3, 4, 5 differ": the q/k norms after the
   rotation not named.
 
+Right since, all seven: a number added (a norm's eps) is no longer read as the residual sum, so the sandwich reads
+as pre-norm and GLM-4's first input norm as layer 0's (Gemma 2 had escaped only because its (1 + weight) gain hid every
+norm from the count of the lookup's); the embedding multiplier, the chunked mask and the q/k norms after the rotation
+are read from the recorded flow and said where they run; the residual multiplier is said with its 0.22.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
