@@ -99,12 +99,7 @@ TODAY: dict[str, str] = {
     "caption_decoder_layer": "attention.mask_ignored at cross_attn: a memory mask the forward cannot take",
     "caption_decoder_layer.cross_scaled_by_embed_dim": "FAILED, unexplained at cross_attn (padded memory)",
 }
-_SHARED = "a call= running each sequence as its own request is read as layers sharing weights (ALBERT's)"
 TODAY |= {  # fresh22, as first met (the judge frozen)
-    "vllm_llama": _SHARED, "vllm_llama.gate_up_swapped_second_layer": _SHARED,
-    "vllm_llama.keys_one_ahead_second_layer": _SHARED, "vllm_llama.fused_norm_pre_add_residual_second_layer": _SHARED,
-    "sglang_llama.wrong_scale_second_layer": "a LayerNorm on the keys said at the (correct) first layer, packed rows",
-    "sglang_llama.activation_on_up_second_layer": "a LayerNorm on the keys said at the (correct) first layer",
     "packed_lm": "gate and up interleaved row by row mapped as contiguous halves: unexplained at the first MLP",
     "packed_lm.gate_from_odd_rows_second_layer": "unexplained at the first MLP (the row-interleaved gate/up map)",
     "medusa": "could not judge: the draft heads' Linears upset the trunk's map (KeyError ffn.gate.weight)",
