@@ -99,13 +99,6 @@ TODAY: dict[str, str] = {
     "caption_decoder_layer": "attention.mask_ignored at cross_attn: a memory mask the forward cannot take",
     "caption_decoder_layer.cross_scaled_by_embed_dim": "FAILED, unexplained at cross_attn (padded memory)",
 }
-TODAY |= {  # fresh22, as first met (the judge frozen)
-    "packed_lm": "gate and up interleaved row by row mapped as contiguous halves: unexplained at the first MLP",
-    "packed_lm.gate_from_odd_rows_second_layer": "unexplained at the first MLP (the row-interleaved gate/up map)",
-    "medusa": "could not judge: the draft heads' Linears upset the trunk's map (KeyError ffn.gate.weight)",
-    "medusa.not_causal_second_layer": "could not judge: KeyError ffn.gate.weight (the draft heads' Linears)",
-    "medusa.trunk_logits_by_call": "could not judge: KeyError ffn.gate.weight, call= returning the trunk's logits",
-}  # fmt: skip
 TODAY |= {
     # fresh23, met with the judge frozen (its docstring says more)
     "granite_hand": "unexplained at model.embed_tokens (times 2.121): the embeddings times 12 not said as no pair",

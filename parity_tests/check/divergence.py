@@ -236,18 +236,20 @@ def scan(check, choice, captured) -> Divergence:
 
 
 def _fused(call: Call | None, stage: R.Stage) -> tuple:
-    """(call, None), or where a norm or a layer takes or hands on the stream as a (hidden, residual) pair, the
-    reference's part one stream (vLLM's fused add-norm: norm(x, r) -> (normed(x + r), x + r)), the call read with
-    each pair summed (a norm's output its first); a fused norm handing on other than the sum: (None, what it does)."""
+    """(call, None), or where a norm or a layer hands on the stream as a (hidden, residual) pair, the reference's
+    part one stream (vLLM's fused add-norm: norm(x, r) -> (normed(x + r), x + r)), the call read with each pair
+    summed (a norm's output its first); a fused norm handing on other than the sum: (None, what it does)."""
     streams = [r for r in stage.inputs if isinstance(r, np.ndarray) and r.dtype.kind == "f" and r.ndim == 3]
     if call is None or stage.kind not in ("norm", "layer") or len(streams) != 1:
         return call, None
     ins, outs = _pair(call.inputs), _pair(call.output if isinstance(call.output, tuple) else ())
-    if stage.kind == "norm" and ins and outs:
+    if outs is None:  # a pair taken alone (modded-nanogpt's blocks take x and x0): no residual handed on
+        return call, None
+    if stage.kind == "norm" and ins:
         handed = "its residual input, before the add" if torch.equal(outs[1], ins[1]) else "another tensor"
         if not torch.allclose(outs[1], ins[0] + ins[1], rtol=1e-9, atol=1e-12):
             return None, f"the norm adds the residual to its input but hands on {handed}, not their sum (the stream)"
-    output = outs[0] + outs[1] if outs and stage.kind == "layer" else call.output
+    output = outs[0] + outs[1] if stage.kind == "layer" else call.output
     return Call(call.module, (ins[0] + ins[1],) if ins else call.args, {} if ins else call.kwargs, output), None
 
 
