@@ -85,7 +85,7 @@ TODAY |= {  # fresh20 (speech and sequence-to-sequence by hand), as first met wi
     "conformer_block": "no pair at depthwise (a later op), not at ffn1's halved feed-forward before the attention",
 }
 EINSUM_LINEAR = "could not judge: cannot reshape (64,32): the einsum Linear's (d_out, d_in) weight read transposed"
-TODAY: dict[str, str] = {
+TODAY |= {
     # fresh21: the einsum Linear "... i, o i -> ... o" (an nn.Linear subclass in its place passes)
     "scratch_lm": EINSUM_LINEAR,
     "scratch_lm.block": EINSUM_LINEAR,
