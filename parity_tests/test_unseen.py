@@ -73,21 +73,6 @@ TODAY |= {  # fresh19, first met with the judge frozen
     "clip_text_hf.eps_outside_sqrt_second_layer": "could not judge: output (12, 6), the reference's (3, 6, 26)",
     "siglip_vision": _EMBEDDED_TABLE,
 }
-_SHARED = "a call= running each sequence as its own request is read as layers sharing weights (ALBERT's)"
-TODAY |= {  # fresh22, as first met (the judge frozen)
-    "vllm_llama": _SHARED, "vllm_llama.gate_up_swapped_second_layer": _SHARED,
-    "vllm_llama.keys_one_ahead_second_layer": _SHARED, "vllm_llama.fused_norm_pre_add_residual_second_layer": _SHARED,
-    "sglang_llama.wrong_scale_second_layer": "a LayerNorm on the keys said at the (correct) first layer, packed rows",
-    "sglang_llama.activation_on_up_second_layer": "a LayerNorm on the keys said at the (correct) first layer",
-    "packed_lm": "gate and up interleaved row by row mapped as contiguous halves: unexplained at the first MLP",
-    "packed_lm.gate_from_odd_rows_second_layer": "unexplained at the first MLP (the row-interleaved gate/up map)",
-    "medusa": "could not judge: the draft heads' Linears upset the trunk's map (KeyError ffn.gate.weight)",
-    "medusa.not_causal_second_layer": "could not judge: KeyError ffn.gate.weight (the draft heads' Linears)",
-    "medusa.trunk_logits_by_call": "could not judge: KeyError ffn.gate.weight, call= returning the trunk's logits",
-}  # fmt: skip
-TODAY |= {
-    # fresh23, met with the judge frozen (its docstring says more)
-}
 TODAY |= {  # fresh26, first met with the judge frozen
     "lse_softmax_gpt.logsumexp_over_queries_second_block": "no pair: the column logsumexp read as a bias on the scores",
     "clamped_scores_gpt": "pass: the clamp to +-50 never binds on the probes, so it is never said",

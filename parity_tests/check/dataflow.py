@@ -212,11 +212,26 @@ def record(run, module: nn.Module) -> Flow:
         rec.calls.append(Called(key, rec.path[-1], given, made))
 
     with hooked(module.named_modules(), leave, rec.path.append), unscripted(module), unvmapped(), rec:
-        run()
+        out = run()
+    beside = _reaching(rec.nodes, rec.of.get(id(out)) if isinstance(out, torch.Tensor) else None)
     flow = read(rec.nodes, rec.values)
+    flow.beside = beside
     flow.calls = rec.calls
     flow.owners = [n for n, m in module.named_modules() if next(m.parameters(False), None) is not None]
     return flow
+
+
+def _reaching(nodes: list, out: Node | None) -> list:
+    """The parameters read where the judged output `out` is not computed (none where it is unrecorded), those nodes
+    left inert (no op, parents or parameter; the list keeps its indices): parts whose outputs never reach it (Medusa's
+    draft heads beside the logits, a loss) are not the reference's."""
+    kept = {id(n) for n in walk([out], lambda n: n.parents)} if out is not None else {id(n) for n in nodes}
+    beside = sorted({n.param for n in nodes if n.param} - {n.param for n in nodes if n.param and id(n) in kept})
+    for n in nodes:
+        n.children = [c for c in n.children if id(c) in kept]
+        if id(n) not in kept:
+            n.op, n.parents, n.param = "unreached", [], None
+    return beside
 
 
 @dataclass
@@ -430,6 +445,7 @@ class Flow:
     attentions: list = field(default_factory=list)  # in the order they run
     blocks: list = field(default_factory=list)  # feed-forward blocks as they run: [in, out] or [gate, up, down]
     up_first: set = field(default_factory=set)  # fused gate-and-up projections whose first part is the up
+    gate_up: dict = field(default_factory=dict)  # a fused gate-and-up weight -> {"gate", "up": its rows} (_halves)
     plus_one: set = field(default_factory=set)  # 1-D parameters read as 1 + weight (Gemma's norm scales)
     qk_norms: dict = field(default_factory=dict)  # norm scale name -> [(the q or k projection's weight, its role)]
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
@@ -440,6 +456,7 @@ class Flow:
     routers: dict = field(default_factory=dict)
     calls: list = field(default_factory=list)  # each submodule's calls (Called), in the order they return
     owners: list = field(default_factory=list)  # the paths of the modules that hold parameters of their own
+    beside: list = field(default_factory=list)  # parameters read where the judged output is not computed (_reaching)
 
     def _products(self, weight: str) -> list:  # the products that read `weight`
         return [n for n in self.nodes if projection(n) == weight]
@@ -911,10 +928,24 @@ def _feed_forwards(flow: Flow) -> None:
             flow.blocks.append([ins[0], ins[0], w] if fused else [ins[0], w])
             if fused and _gate_part(node) == 1:
                 flow.up_first.add(ins[0])
+            flow.gate_up |= {ins[0]: _halves(node, ins[0])} if fused else {}
         elif len(ins) == 2 and sum(i in acted for i in ins) == 1:
             gate, up = ins if ins[0] in acted else ins[::-1]
             flow.roles |= {gate: "gate", up: "up", w: "down"}
             flow.blocks.append([gate, up, w])
+
+
+def _halves(product: Node, weight: str) -> dict:
+    """The rows of a fused gate-and-up `weight` each part takes (columns_held), read back from the down projection
+    `product`: the gate's those its activation reads, the up's the other factor of the product they meet in (halves,
+    or rows interleaved one by one: [..., ::2] and [..., 1::2]); {} where that is not read."""
+    act = next(iter(_activations(product)), None)
+    operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
+    mul = next((n for n in walk(operands, _behind) if n.op in MULS and len(n.parents) == 2), None)
+    if act is None or mul is None:
+        return {}
+    up = [p for p in mul.parents if all(n is not act for n in walk([p], _behind))]
+    return columns_held(weight, {"gate": act, "up": up[0]}) if len(up) == 1 else {}
 
 
 def _activations(product: Node) -> list:

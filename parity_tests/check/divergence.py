@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from numpy_transformer import model as M
 
@@ -26,7 +27,7 @@ from .diagnosis import MATCH, Diagnosis, _error, departs
 from .mapping import pair_order
 from .matchers import match, match_attention, match_embedding, match_unit
 from .probes import keep_mask
-from .running import Call, first_calls
+from .running import Call
 from .session import copy_of, probe_of, run_user
 from .unsupported import differs, score_terms
 from .wiring import rewired
@@ -114,9 +115,43 @@ def capture(check, choice, dtype=np.float64) -> dict:
     """Run the user's copy in `dtype` once with forward hooks on the modules hook_targets finds: unit -> its Call."""
     modules = dict(copy_of(check, choice.layout, dtype).named_modules())
     targets = hook_targets(check, choice.layout.links)
-    with first_calls([(u, modules[p]) for u, p in targets.items() if p in modules]) as captured:
+    calls: dict = {}
+
+    def keep(key, module, *call) -> None:
+        calls.setdefault(key, []).append(
+            Call(module, *tree_map(lambda t: t.detach().clone() if torch.is_tensor(t) else t, call))
+        )
+
+    with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], keep):
         run_user(check, choice.layout, choice.caller, dtype)
-    return captured
+    B, T = next(iter(choice.probe.ids.values())).shape if choice.probe.ids else (0, 0)
+    return {u: batched(c, B, T, choice.caller.batch_first) for u, c in calls.items()}
+
+
+def batched(calls: list, B: int, T: int, batch_first: bool) -> Call:
+    """A part's calls as one call on the batch: a flat request's float rows (N, ...) as (B, T, ...) (or (T, B, ...)),
+    where it ran once on the batch packed (N = B T: SGLang's) or once per sequence (B calls, N = T: vLLM's, stacked);
+    else its first call (a part run again on other rows, as ALBERT's layers, is judged on its first)."""
+    trees = [tree_flatten((c.args, c.kwargs, c.output)) for c in calls]
+    flat = [t for leaves, _ in trees for t in leaves if _rows(t)]
+    if B < 2 or not flat or any(t.shape[0] != flat[0].shape[0] for t in flat):
+        return calls[0]
+    shape = (B, T) if batch_first else (T, B)
+    if len(calls) == 1 and flat[0].shape[0] == B * T:
+        leaves = [t.reshape(*shape, *t.shape[1:]) if _rows(t) else t for t in trees[0][0]]
+    elif len(calls) == B and flat[0].shape[0] == T and all(spec == trees[0][1] for _, spec in trees):
+        leaves = [
+            torch.stack(ts, dim=1 - batch_first) if _rows(ts[0]) else ts[0]
+            for ts in zip(*(t for t, _ in trees), strict=True)
+        ]
+    else:
+        return calls[0]
+    return Call(calls[0].module, *tree_unflatten(leaves, trees[0][1]))
+
+
+def _rows(t) -> bool:
+    """A float tensor of rows (N, features): a flat request's."""
+    return torch.is_tensor(t) and t.is_floating_point() and t.ndim == 2
 
 
 def situated(stage: R.Stage, call: Call | None, batch_first: bool) -> R.Stage:
@@ -156,6 +191,7 @@ class Divergence:
     stage: R.Stage | None = None
     user: np.ndarray | None = None
     error: float = 0.0
+    said: str | None = None  # what the reference has no pair for, read at the stage (_fused)
 
 
 def _stages(check, choice) -> list:
@@ -173,6 +209,9 @@ def scan(check, choice, captured) -> Divergence:
     for chained in _stages(check, choice):
         embedding = chained.kind == "embedding"  # the user's embeddings: its first layer's input
         call = captured.get(chained.unit.split(".")[0] + ".layers.0" if embedding else chained.unit)
+        call, said = _fused(call, chained)
+        if said:
+            return Divergence(done, chained, said=said)
         seen = () if call is None else (call.output,)  # an unflattened graph's layer takes its sizes first (graphs)
         seen = [t for t in call.inputs if torch.is_tensor(t)][:1] if embedding and call else seen
         if not seen:
@@ -181,7 +220,7 @@ def scan(check, choice, captured) -> Divergence:
         user = C.batch_first(user if batch_first or user.ndim < 3 else user.transpose(1, 0, 2), chained.output.shape)
         if user.shape != chained.output.shape:
             continue
-        stage = situated(chained, captured.get(chained.unit), batch_first)
+        stage = situated(chained, call, batch_first)
         with np.errstate(all="ignore"):
             error = match(user, stage.output, stage.valid)
             if error > ROUNDING and stage.kind == "layer" and isinstance(stage.inputs[0], np.ndarray):
@@ -196,12 +235,40 @@ def scan(check, choice, captured) -> Divergence:
     return small or Divergence(done)
 
 
+def _fused(call: Call | None, stage: R.Stage) -> tuple:
+    """(call, None), or where a norm or a layer hands on the stream as a (hidden, residual) pair, the reference's
+    part one stream (vLLM's fused add-norm: norm(x, r) -> (normed(x + r), x + r)), the call read with each pair
+    summed (a norm's output its first); a fused norm handing on other than the sum: (None, what it does)."""
+    streams = [r for r in stage.inputs if isinstance(r, np.ndarray) and r.dtype.kind == "f" and r.ndim == 3]
+    if call is None or stage.kind not in ("norm", "layer") or len(streams) != 1:
+        return call, None
+    ins, outs = _pair(call.inputs), _pair(call.output if isinstance(call.output, tuple) else ())
+    if outs is None:  # a pair taken alone (modded-nanogpt's blocks take x and x0): no residual handed on
+        return call, None
+    if stage.kind == "norm" and ins:
+        handed = "its residual input, before the add" if torch.equal(outs[1], ins[1]) else "another tensor"
+        if not torch.allclose(outs[1], ins[0] + ins[1], rtol=1e-9, atol=1e-12):
+            return None, f"the norm adds the residual to its input but hands on {handed}, not their sum (the stream)"
+    output = outs[0] + outs[1] if stage.kind == "layer" else call.output
+    return Call(call.module, (ins[0] + ins[1],) if ins else call.args, {} if ins else call.kwargs, output), None
+
+
+def _pair(tensors) -> tuple | None:
+    """The two float tensors of one shape (B, T, D) in `tensors`, where there are exactly two such."""
+    found = [t for t in tensors if torch.is_tensor(t) and t.is_floating_point() and t.ndim == 3]
+    return (found[0], found[1]) if len(found) == 2 and found[0].shape == found[1].shape else None
+
+
 def first_divergence(check, choice, result, diverged: Divergence) -> None:
     """The first reference stage whose user output leaves the bar (`diverged`), and the variants that explain it."""
     if diverged.stage is None:
         every = diverged.agree == len(check.cache[("stages", repr(choice.cfg), id(choice.probe))])
         output = any(not r.ok for r in result.rows if r.name == "output")  # not the gradients alone
         result.unexplained = _after_parts(check, choice) if every and output else None
+        return
+    if diverged.said:
+        where = hook_targets(check, choice.layout.links)[diverged.stage.unit] or "(the module)"
+        result.first_divergence, result.unsupported = where, differs(where, diverged.said)
         return
     where, found = explained(check, choice, diverged)
     # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there

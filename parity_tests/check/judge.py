@@ -333,6 +333,14 @@ def shared_layer(user_module, reference: str, exc: BaseException) -> Result | No
     return Result(reference=reference, first_divergence=where, diagnoses=found.diagnoses, notes=[note])
 
 
+def beside(check: Check) -> list:
+    """A note naming the parameters the forward reads where the judged output is not computed (Medusa's draft
+    heads beside its logits: dataflow._reaching), which are not the reference's; [] where there are none."""
+    held = dict(check.user.named_parameters()) if check.is_module and check.flow is not None else {}
+    said = ", ".join(dict.fromkeys(p.rpartition(".")[0] or p for p in (check.flow.beside if held else ()) if p in held))
+    return [f"not judged: {said}, whose outputs do not reach the judged output (not the reference's)"] if said else []
+
+
 def explained(result: Result, found) -> None:
     """unsupported.explain's answer into `result`: a catalogued mistake (QuickGELU's constant) or the no-pair text."""
     if isinstance(found, US.Diagnosis):  # named: what diverges is no longer unexplained
@@ -459,6 +467,7 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     if derived:
         result.notes.append(float32_basis(derived))
     result.notes += DV.unreached(check, choice)
+    result.notes += beside(check)
     DV.diagnose(check, choice, result)
     said_why(check, choice, result)
     fully_padded_source(check, choice, result)

@@ -301,6 +301,10 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
     if entry.group == "model" and found.tables:
         ids = PR.model_ids(entry.inputs, found.tables, sizes.B)
         flow, raised = read_flow(user, level, lambda caller: ids, 16, call=conventions["call"])
+        if flow is not None and sizes.B > 1 and _repeated(flow):  # B runs of one module: once per sequence?
+            one = PR.model_ids(entry.inputs, found.tables, 1)
+            alone = read_flow(user, level, lambda caller: one, 16, call=conventions["call"])[0]
+            flow = alone if alone is not None and len(alone.attentions) < len(flow.attentions) else flow
     recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
     if flow is None and recorded:
         sized = U.sized_config(level, found, given)
@@ -313,6 +317,13 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
         found.lacking.flow = flow
         raise found.lacking
     return MP.with_flow(found, user, flow, raised)
+
+
+def _repeated(flow: DF.Flow) -> bool:
+    """Whether an attention's queries come from a projection an earlier attention's came from: the same weights run
+    again (ALBERT's sharing, the same count on any batch; or a call= running the model once per sequence, a count B
+    times that on one sequence, where `recording` reads the one-sequence run)."""
+    return any(a.q and set(a.q) <= {q for b in flow.attentions[:i] for q in b.q} for i, a in enumerate(flow.attentions))
 
 
 def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions) -> tuple:

@@ -196,8 +196,8 @@ def _output_head(entry, found, units: Units) -> None:
     if len(read) > 1 and entry.output_head and fed[0] is fed[1]:  # two heads on one hidden state
         what = f"a second output head ({read[1].weight}, beside {read[0].weight}: logits of its own)"
         raise NoPair(read[1].weight.rpartition(".")[0] or "(the module)", what, entry.name)
-    if heads and entry.output_head:
-        units.out_piece = heads[-1]
+    if heads and entry.output_head:  # the one the judged output reads (not Medusa's draft heads: dataflow._reaching)
+        units.out_piece = (read or heads)[-1]
     elif heads and entry.cross:  # a decoder stack with an output projection
         raise ValueError(
             f"the module has an output projection ({heads[-1].weight}); the reference {entry.name!r} is the "
@@ -702,7 +702,8 @@ class Linker:
             return
         if len(block) == 3 and block[0] is block[1]:
             halves = ["linear1", "gate"] if block[0].weight in self.found.flow.up_first else ["gate", "linear1"]
-            self.piece(block[0], [(f"{prefix}{h}", None) for h in halves], self.cfg.bias)
+            rows = self._interleaved(block[0], prefix)
+            self.piece(block[0], rows or [(f"{prefix}{h}", None) for h in halves], self.cfg.bias)
             block = block[2:]
         names = ("gate", "linear1", "linear2")[-len(block) :]
         for p, name in zip(block, names, strict=True):
@@ -718,6 +719,16 @@ class Linker:
             parts = [(f"{prefix}experts.{name}_proj", (e * step + first, e * step + first + n)) for e in range(E)]
             each = next(x.shape for x in flow.nodes if x.param == user)[1] == flow.operand_width(user)
             self.links.append(Link(user, parts, heads=E, each_transposed=each))
+
+    def _interleaved(self, piece, prefix: str) -> list:
+        """A fused gate-and-up piece's rows where the first such block's are interleaved (gate and up row by row, as
+        the flow read them: dataflow._halves), that layout read for each (a model stores its layers alike: one
+        reading its rows otherwise swaps its gate and up, a mistake judged there); [] for halves."""
+        held = next(iter(self.found.flow.gate_up.values()), {})
+        if set(held) != {"gate", "up"} or sum(map(len, held.values())) != piece.out_features:
+            return []
+        runs = _runs(held, {"gate": f"{prefix}gate", "up": f"{prefix}linear1"}, piece.out_features)
+        return runs if len(runs) > 2 else []
 
     def attention(self, attention: dict, prefix: str) -> None:
         """One attention's pieces linked to the reference's {q,k,v,out}_proj under `prefix`, then its per-head q and

@@ -46,6 +46,8 @@ def note(link: Link) -> str:
     roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in link.parts if "." in n]
     if len(set(roles)) > 1 and len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's, head by head
         text = f"fused rows {', '.join(roles[:3])}, head by head"
+    elif len(set(roles)) == 2 < len(roles) and roles == roles[:2] * (len(roles) // 2):  # gate, up interleaved
+        text = f"fused rows {', '.join(roles[:2])}, row by row"
     elif len(set(roles)) > 1:
         text = "fused rows " + ", ".join(roles)
     elif link.parts[0][1] is not None:  # of one tensor (several runs: MLA's kv_b_proj's keys and values reordered)
@@ -113,9 +115,9 @@ def _from_note(user: str, ref: str, note: str) -> Link:
     note, _, order = note.partition(", q/k features of each head in the order ")
     note, _, size = note.partition(", RoPE pairs interleaved (head size ")
     pairs = int(size.rstrip(")")) if size else 0
-    if "head by head" in note:
+    if "head by head" in note or "row by row" in note:
         raise ValueError(
-            f"mapping[{user!r}]: a head-by-head layout ({note!r}) is read back from the entry's data only: pass the "
+            f"mapping[{user!r}]: an interleaved layout ({note!r}) is read back from the entry's data only: pass the "
             "result's mapping entry itself, or the JSON's third element, not the printed note"
         )
     if note.startswith("fused rows"):
