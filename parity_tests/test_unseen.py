@@ -52,25 +52,6 @@ CORPORA += (lacking,)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-_LUCID = "could not judge: no blocks of two LayerNorms each (norms inside the attention and the feed-forward)"
-_EMBEDDED_TABLE = "could not judge: the forward could not be recorded (a ViT whose positions are an nn.Embedding)"
-TODAY |= {  # fresh19, first met with the judge frozen
-    "lucid_vit": _LUCID,
-    "lucid_vit.softmax_over_queries_second_layer": _LUCID,
-    "lucid_vit.keys_first_second_layer": _LUCID,
-    "lucid_vit.mean_pool": _LUCID,
-    "lucid_vit.patch_norms": _LUCID,
-    "deit_distilled": "could not judge: the forward could not be recorded (a table of N + 2 rows: no ViT read)",
-    "dino_vit.eps_outside_sqrt_second_block": "could not judge: a LayerNorm subclass not counted in the block",
-    "dino_vit.avg_pool": "unexplained: norm diverges (the mean of the patch tokens unread)",
-    "dino_vit.registers": "could not judge: x: shapes differ, (9, 2, 32) vs (2, 5, 32)",
-    "dino_vit.rope_2d": "unexplained: blocks.0 diverges (the 2D rotary unread)",
-    "clip_vision_hf": _EMBEDDED_TABLE,
-    "clip_vision_hf.silu_for_quick_gelu_second_layer": _EMBEDDED_TABLE,
-    "clip_vision_hf.unscaled_second_layer": _EMBEDDED_TABLE,
-    "clip_text_hf.eps_outside_sqrt_second_layer": "could not judge: output (12, 6), the reference's (3, 6, 26)",
-    "siglip_vision": _EMBEDDED_TABLE,
-}
 TODAY |= {  # fresh20 (speech and sequence-to-sequence by hand), as first met with the judge frozen
     "whisper_hf_hand.encoder.positions_all_ones": "could not judge: positions neither Whisper's nor the paper's",
     "whisper_hf_hand.encoder.gelu_tanh_second_layer": "FAILED, no id and no op: layers.1 'unexplained'",
@@ -85,7 +66,7 @@ TODAY |= {  # fresh20 (speech and sequence-to-sequence by hand), as first met wi
     "conformer_block": "no pair at depthwise (a later op), not at ffn1's halved feed-forward before the attention",
 }
 EINSUM_LINEAR = "could not judge: cannot reshape (64,32): the einsum Linear's (d_out, d_in) weight read transposed"
-TODAY: dict[str, str] = {
+TODAY |= {
     # fresh21: the einsum Linear "... i, o i -> ... o" (an nn.Linear subclass in its place passes)
     "scratch_lm": EINSUM_LINEAR,
     "scratch_lm.block": EINSUM_LINEAR,
