@@ -3,10 +3,12 @@ and audio front end (audio.py), read from its structure (a Tower): the judge's l
 these are model classes of their own.
 
 Read from the user's module: the front end (a ViT's patches, by a Conv2d whose stride is its kernel or by F.unfold
-and a Linear of C p p numbers, a class token of D numbers and a position table of 1 + N rows; Whisper's two Conv1d
-over mel frames, fixed sinusoids; a text tower's token nn.Embedding and a learned position table), a LayerNorm
+and a Linear of C p p numbers, flattened channel first or pixel-major (p p C: vit-pytorch's, read from the Linear's
+input), a class token of D numbers and a position table of 1 + N rows, a parameter or an nn.Embedding; Whisper's two
+Conv1d over mel frames, fixed sinusoids; a text tower's token nn.Embedding and a learned position table), a LayerNorm
 called before the blocks (CLIP's ln_pre), pre-norm blocks (the submodules holding two LayerNorms each, called
-batch-first or sequence-first), a final LayerNorm after them, and what the forward returns: the hidden
+batch-first or sequence-first, or an uncalled nn.ModuleList of two halves with a norm each, x + half(x) in turn), a
+final LayerNorm after them, and what the forward returns: the hidden
 states, the class token's (a text tower's: the end token's, the largest id, or the last position's), or that
 through a head (a Linear, or a (D, W) parameter as x @ P). Each block's tensors are read in the order its forward
 calls them (norm, q k v fused or not, the output projection, norm, fc1, fc2); the activation, head count and
@@ -14,7 +16,9 @@ causality are those under which the outputs agree (a Fit). A copy with weights d
 same weights are compared (running.rows) in float64 and float32. Where it fails, the first block that differs is
 judged on its own recorded call by the judge's encoder_layer (decoder_only_layer where causal) level (`judge`:
 check.module, passed in), and its catalogued mistake is named at the block's place; where none is, the recorded
-forward is read for math the reference lacks (unsupported.explain, as a text model's: LayerScale's gain, ...).
+forward is read for math the reference lacks (unsupported.explain, as a text model's: LayerScale's gain, ...; a
+ViT's rotary). A ViT whose tokens are not the class token and the patches (DeiT's distillation token, registers, no
+class token and a probe pooling the patches: SigLIP's) is said as no pair where it does not read (_tokens).
 """
 
 from __future__ import annotations
