@@ -54,25 +54,6 @@ CORPORA += (fresh24, fresh26, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-_LUCID = "could not judge: no blocks of two LayerNorms each (norms inside the attention and the feed-forward)"
-_EMBEDDED_TABLE = "could not judge: the forward could not be recorded (a ViT whose positions are an nn.Embedding)"
-TODAY |= {  # fresh19, first met with the judge frozen
-    "lucid_vit": _LUCID,
-    "lucid_vit.softmax_over_queries_second_layer": _LUCID,
-    "lucid_vit.keys_first_second_layer": _LUCID,
-    "lucid_vit.mean_pool": _LUCID,
-    "lucid_vit.patch_norms": _LUCID,
-    "deit_distilled": "could not judge: the forward could not be recorded (a table of N + 2 rows: no ViT read)",
-    "dino_vit.eps_outside_sqrt_second_block": "could not judge: a LayerNorm subclass not counted in the block",
-    "dino_vit.avg_pool": "unexplained: norm diverges (the mean of the patch tokens unread)",
-    "dino_vit.registers": "could not judge: x: shapes differ, (9, 2, 32) vs (2, 5, 32)",
-    "dino_vit.rope_2d": "unexplained: blocks.0 diverges (the 2D rotary unread)",
-    "clip_vision_hf": _EMBEDDED_TABLE,
-    "clip_vision_hf.silu_for_quick_gelu_second_layer": _EMBEDDED_TABLE,
-    "clip_vision_hf.unscaled_second_layer": _EMBEDDED_TABLE,
-    "clip_text_hf.eps_outside_sqrt_second_layer": "could not judge: output (12, 6), the reference's (3, 6, 26)",
-    "siglip_vision": _EMBEDDED_TABLE,
-}
 TODAY |= {  # fresh26, first met with the judge frozen
     "lse_softmax_gpt.logsumexp_over_queries_second_block": "no pair: the column logsumexp read as a bias on the scores",
     "clamped_scores_gpt": "pass: the clamp to +-50 never binds on the probes, so it is never said",

@@ -108,6 +108,8 @@ def attention_place(links, unit: str, target: str) -> str:
     held = _held(links)
     qkv = [path for ref, path in held if unit_of(ref) == unit and ref.split(".")[-2] in PROJECTIONS[:3]]
     shared = {path for ref, path in held if unit_of(ref) != unit} & set(qkv)
+    if len(set(qkv)) == 1 and not shared:  # one Linear holds q, k and v (vit-pytorch's to_qkv): the module around
+        return _lca(qkv + [target]) or qkv[0]  # it and the output projection, where that is not the whole module
     return _lca(qkv + [target] * bool(shared)) or target
 
 

@@ -3,10 +3,12 @@ and audio front end (audio.py), read from its structure (a Tower): the judge's l
 these are model classes of their own.
 
 Read from the user's module: the front end (a ViT's patches, by a Conv2d whose stride is its kernel or by F.unfold
-and a Linear of C p p numbers, a class token of D numbers and a position table of 1 + N rows; Whisper's two Conv1d
-over mel frames, fixed sinusoids; a text tower's token nn.Embedding and a learned position table), a LayerNorm
+and a Linear of C p p numbers, flattened channel first or pixel-major (p p C: vit-pytorch's, read from the Linear's
+input), a class token of D numbers and a position table of 1 + N rows, a parameter or an nn.Embedding; Whisper's two
+Conv1d over mel frames, fixed sinusoids; a text tower's token nn.Embedding and a learned position table), a LayerNorm
 called before the blocks (CLIP's ln_pre), pre-norm blocks (the submodules holding two LayerNorms each, called
-batch-first or sequence-first), a final LayerNorm after them, and what the forward returns: the hidden
+batch-first or sequence-first, or an uncalled nn.ModuleList of two halves with a norm each, x + half(x) in turn), a
+final LayerNorm after them, and what the forward returns: the hidden
 states, the class token's (a text tower's: the end token's, the largest id, or the last position's), or that
 through a head (a Linear, or a (D, W) parameter as x @ P). Each block's tensors are read in the order its forward
 calls them (norm, q k v fused or not, the output projection, norm, fc1, fc2); the activation, head count and
@@ -14,7 +16,9 @@ causality are those under which the outputs agree (a Fit). A copy with weights d
 same weights are compared (running.rows) in float64 and float32. Where it fails, the first block that differs is
 judged on its own recorded call by the judge's encoder_layer (decoder_only_layer where causal) level (`judge`:
 check.module, passed in), and its catalogued mistake is named at the block's place; where none is, the recorded
-forward is read for math the reference lacks (unsupported.explain, as a text model's: LayerScale's gain, ...).
+forward is read for math the reference lacks (unsupported.explain, as a text model's: LayerScale's gain, ...; a
+ViT's rotary). A ViT whose tokens are not the class token and the patches (DeiT's distillation token, registers, no
+class token and a probe pooling the patches: SigLIP's) is said as no pair where it does not read (_tokens).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from . import unsupported as US
 from .calling import first_tensor
 from .diagnosis import MATCH, Diagnosis, _error
 from .report import Result
-from .running import Float32Islands, copy_module, find_islands, first_calls, island_message, reference_rows
+from .running import Call, Float32Islands, copy_module, find_islands, first_calls, island_message, reference_rows
 
 CALLED = (nn.LayerNorm, nn.Linear, nn.MultiheadAttention)  # what a block's parts are read from, in call order
 # the reference's names: ViTModel's, CLIPTextModel's (and head.* for a classifier, text_projection for x @ P)
@@ -76,6 +80,7 @@ class Tower:
     head: str | None
     output: np.ndarray
     calls: dict  # submodule name -> its first call (running.Call)
+    pixels_last: bool = False  # patches flattened (p p C), pixel-major (vit-pytorch's), not (C p p) as a kernel is
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
     """The verdict on `user` as a ViT, a CLIP tower or Whisper's audio encoder; could not judge where its front end
     is an image's or audio's but the rest does not read; None where it is none of them as this module reads them
     (the caller then says why it could not judge)."""
-    front, fit, stopped = ("text",), None, "no reading of its output agrees in shape"
+    front, fit, stopped, model = ("text",), None, "no reading of its output agrees in shape", user
     try:  # a module this reading does not fit raises: said where its front end is an image's or audio's
         model = copy_module(user).double().eval()
         _draw(model, np.random.default_rng(0))
@@ -108,12 +113,9 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
         fit = _fit(model, tower, P)  # on its own table; judged on Whisper's where its frequencies are all 1
         _whisper_table(tower, P)
     except Exception as exc:
-        stopped = f"{type(exc).__name__}: {exc}"
+        stopped = _tokens(model, front) or getattr(exc, "answer", None) or f"{type(exc).__name__}: {exc}"
     if fit is None:
-        return None if front[0] == "text" else Result(reference=reference, error=(
-            f"could not judge: {front[2]} {FRONTS[front[0]]}, but the rest is not {READ_AS[front[0]]} as check/"
-            "towers.py reads it (pre-norm blocks of norm, attention, norm, two linears, a final norm); the judge's "
-            f"levels are the text Transformer's (it stopped on: {stopped[:200]})"))  # fmt: skip
+        return _unread(reference, front, stopped)
     pairs = "audio.py's and vision.py's" if tower.kind == "audio" else "vision.py's"
     result = Result(reference=f"{reference}, read as {READ_AS[tower.kind]} (numpy_transformer/{pairs} pairs)")
     shown = ("activation", "n_heads", "eps", "output") + ("pool",) * (fit.output != "hidden")
@@ -138,10 +140,42 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
         _place(model, tower, P, fit, result, judge)
     if not (result.passed or result.diagnoses):  # math the reference lacks, read from the forward as an LM's
         with contextlib.suppress(Exception):  # a forward the recorder cannot follow: what _place said stands
-            said = US.explain(DF.record(lambda: model(torch.from_numpy(tower.inputs)), model))
-            if isinstance(said, str):
-                result.unsupported, result.unexplained = said, None
+            _explain(DF.record(lambda: model(torch.from_numpy(tower.inputs)), model), tower, fit, result)
     return result
+
+
+def _explain(flow, tower: Tower, fit: Fit, result: Result) -> None:
+    """Math the reference lacks in the recorded `flow` (unsupported.explain, a ViT's rotary), or QuickGELU's constant
+    mistyped in one layer of a tower whose activation is QuickGELU (SiLU's x sigmoid(x) included), put in `result`."""
+    said = US.explain(flow) or (fit.activation == "quick_gelu" and US.quick_gelu_constant(flow))
+    said = said or (_rotary(flow) if tower.kind == "vit" else None)
+    if isinstance(said, str):
+        result.unsupported, result.unexplained = said, None
+    elif said:
+        result.diagnoses, result.first_divergence, result.unexplained = [said], said.where, None
+
+
+def _unread(reference: str, front: tuple, stopped: str) -> Result | None:
+    """The answer on a tower that did not read: None for a text front end (the caller says why), the no-pair text
+    where `stopped` is one (_tokens), else could not judge, naming the front end and what it stopped on."""
+    if front[0] == "text" or stopped.startswith("differs at "):
+        return None if front[0] == "text" else Result(reference=reference, unsupported=stopped)
+    return Result(reference=reference, error=(
+        f"could not judge: {front[2]} {FRONTS[front[0]]}, but the rest is not {READ_AS[front[0]]} as check/"
+        "towers.py reads it (pre-norm blocks of norm, attention, norm, two linears, a final norm); the judge's "
+        f"levels are the text Transformer's (it stopped on: {stopped[:200]})"))  # fmt: skip
+
+
+def _rotary(flow) -> str | None:
+    """A rotary's rotate_half in a ViT, whose reference has positions by its table only: cat (or stack) of -x2 and
+    x1, two parts of one tensor (x cos + rotate_half(x) sin), said at the submodule computing it; else None."""
+    for node in (n for n in flow.nodes if n.op in ("cat", "stack") and len(n.parents) == 2):
+        neg, other = node.parents
+        halves = [p for x2 in neg.parents[:1] for p in x2.parents]  # -x2's and x1's source: one tensor
+        if neg.op in ("neg", "__neg__") and any(p is q for p in halves for q in other.parents):
+            said = "a rotary (x cos + rotate_half(x) sin, rotate_half = cat(-x2, x1)) turns features by angles"
+            return US.differs(node.module, f"{said}; the reference ViT's positions are its learned table only")
+    return None
 
 
 def _patches(model: nn.Module, loose: dict) -> tuple | None:
@@ -169,14 +203,18 @@ def _front(model: nn.Module) -> tuple:
     patches = _patches(model, loose)
     convs = [n for n, m in model.named_modules() if isinstance(m, nn.Conv1d) and m.kernel_size != (1,)]
     tables = [n for n, m in model.named_modules() if isinstance(m, nn.Embedding)]
+    placed = [n for n in tables if "pos" in n.rsplit(".", 1)[-1]]  # a position table as an nn.Embedding (CLIP's)
     if patches is not None:
         name, C, p = patches
         D = model.get_submodule(name).weight.shape[0]
         cls = next((n for n, t in loose.items() if t.numel() == D), None)
-        pos = next((n for n, t in loose.items() if t.numel() > D and _square(t.numel() // D - 1)), None)
+        embedded = {f"{n}.weight": model.get_submodule(n).weight for n in placed}
+        held = loose | embedded  # a (rows, D) matrix is a table with a class token's row only: not a projection's
+        grids = {n: _grid(t.numel() // D, t.ndim != 2 or n in embedded) for n, t in held.items() if t.shape[-1] == D}
+        pos = max((n for n, g in grids.items() if g), key=lambda n: held[n].numel(), default=None)
         if cls is None or pos is None:
             raise ValueError("patches without a class token of D numbers or a table of 1 + N positions")
-        side = p * math.isqrt(loose[pos].numel() // D - 1)
+        side = p * math.isqrt(grids[pos])
         inputs = np.random.default_rng(1).standard_normal((2, C, side, side))
         links = {f"{name}.weight": [f"{PATCH}.weight"], f"{name}.bias": [f"{PATCH}.bias"], cls: [CLS]}
         return "vit", inputs, name, D, links, pos, loose
@@ -189,7 +227,6 @@ def _front(model: nn.Module) -> tuple:
         inputs = np.random.default_rng(1).standard_normal((2, conv.in_channels, 2 * len(model.get_buffer(table))))
         links = {f"{c}.{k}": [f"encoder.conv{i}.{k}"] for i, c in enumerate(convs, 1) for k in ("weight", "bias")}
         return "audio", inputs, convs[0], D, links, table, loose
-    placed = [n for n in tables if "pos" in n.rsplit(".", 1)[-1]]  # a position table as an nn.Embedding (CLIP's)
     tokens = [n for n in tables if n not in placed]
     if len(tokens) != 1 or len(placed) > 1:
         raise ValueError(f"{len(tokens)} token tables and {len(placed)} position tables, not one and at most one")
@@ -217,7 +254,11 @@ def _read(model: nn.Module, front: tuple) -> Tower:
     def norms(name):
         return sum(isinstance(m, nn.LayerNorm) for m in model.get_submodule(name).modules())
 
-    blocks = [n for n in order if n and norms(n) == 2 and norms(_up(n)) > 2]
+    early = [n for n in order[: order.index(first)] if isinstance(model.get_submodule(n), nn.LayerNorm)]
+    if early:  # vit-pytorch's norm over each patch's pixels: the reference's first op on them is the patch kernel
+        raise US.NoPair(early[0], f"a LayerNorm over the inputs before {first}, the front end, normalises them")
+    blocks = [n for n in order if n and norms(n) == 2 and norms(_up(n)) > 2 and not first.startswith(f"{n}.")]
+    blocks = blocks or _halves(model, order, calls, norms)
     inside = [n for n in order if any(n.startswith(b + ".") for b in blocks)]
     outside = [n for n in order if isinstance(model.get_submodule(n), CALLED) and n not in inside]
     start = order.index(blocks[0]) if blocks else 0
@@ -241,11 +282,79 @@ def _read(model: nn.Module, front: tuple) -> Tower:
     held = dict(model.named_parameters())
     links = {u: ours for u, ours in links.items() if u in held}
     head = "head" if head else "projection" if projection else None
-    return Tower(kind, inputs, first, pos, pre, blocks, final, links, D, head, output, calls)
+    last = _pixels_last(model.get_submodule(first), inputs, calls.get(first))
+    return Tower(kind, inputs, first, pos, pre, blocks, final, links, D, head, output, calls, last)
+
+
+def _pixels_last(module: nn.Module, inputs: np.ndarray, call) -> bool:
+    """Whether a patch Linear's recorded input holds each patch flattened pixel-major, channel last ((p1 p2 c):
+    vit-pytorch's Rearrange), its weight then the kernel (D, C, p, p) viewed (D, p, p, C)."""
+    if not isinstance(module, nn.Linear) or call is None or inputs.ndim != 4:
+        return False
+    (B, C, S, _), p = inputs.shape, math.isqrt(module.in_features // inputs.shape[1])
+    g = S // p
+    last = inputs.reshape(B, C, g, p, g, p).transpose(0, 2, 4, 3, 5, 1).reshape(B, g * g, p * p * C)
+    return torch.is_tensor(call.args[0]) and call.args[0].shape == last.shape and not _differs(call.args[0], last)
+
+
+class _Halves(nn.ModuleList):
+    """A block held as its two halves (attention, feed-forward), each with its norm inside, called by the parent as
+    x = half(x) + x in turn (vit-pytorch's `for attn, ff in self.layers`): run as one block."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for half in self:
+            x = half(x) + x
+        return x
+
+
+def _halves(model: nn.Module, order: list, calls: dict, norms) -> list:
+    """The blocks of a tower whose block is an nn.ModuleList never called, of two called halves with a LayerNorm
+    each, the second reading x + first(x) (read from the recorded calls): each made a _Halves, its call (run on the
+    first half's input) put in `calls` and its name in `order` before its halves'."""
+    blocks = []
+    for name in [n for n in order if n and norms(n) == 1]:
+        parent, halves = _up(name), [calls[n] for n in order if _up(n) == _up(name)]
+        container = model.get_submodule(parent)
+        if parent in blocks or type(container) is not nn.ModuleList or len(halves) != 2 or norms(parent) != 2:
+            continue
+        (first, second), x = halves, halves[0].args[0] if halves[0].args else None
+        if not torch.is_tensor(x) or _differs(second.args[0], (x + first.output).numpy()):
+            continue
+        container.__class__ = _Halves
+        with torch.no_grad():
+            calls[parent] = Call(container, (x,), {}, container(x))
+        order.insert(order.index(name), parent)
+        blocks.append(parent)
+    return blocks
 
 
 def _up(name: str) -> str:
     return name.rpartition(".")[0]
+
+
+def _grid(rows: int, other: bool) -> int:
+    """The patches N a table of `rows` positions is read for: rows - 1 (a class token's row first), else where `other`
+    rows (none) or rows - 2 (a second token's: DeiT's; both refused later: _tokens); 0 where none is a square."""
+    return next((n for n in (rows - 1, rows, rows - 2)[: 1 + 2 * other] if rows > 1 and _square(n)), 0)
+
+
+def _tokens(model: nn.Module, front: tuple) -> str | None:
+    """The no-pair answer on a ViT whose tokens are not the reference's (its class token and patches): learned tokens
+    (1, k, D) put in beside the class token (DeiT's distillation token, registers), or a table of N rows, none for a
+    class token, and a learned (1, 1, D) parameter pooling the patches in its place (SigLIP's probe); else None."""
+    if front[0] != "vit":
+        return None
+    D, pos, loose = front[3], front[5], front[6]
+    shaped = [n for n, t in loose.items() if t.ndim == 3 and t.shape[0] == 1 and t.shape[-1] == D and n != pos]
+    rows, cls = model.state_dict()[pos].numel() // D, next((n for n, t in loose.items() if t.numel() == D), None)
+    if _square(rows) and cls in shaped:
+        what = f"{cls} ({D} numbers) pools the patches, where {pos} holds {rows} rows, one per patch, no class token"
+        return US.differs(_up(cls), f"{what} (the reference reads the class token's row)")
+    extra = [n for n in shaped if n != cls]
+    if not extra:
+        return None
+    what = f"{extra[0]} puts {loose[extra[0]].shape[1]} learned token(s) in the sequence beside the class token {cls}"
+    return US.differs(_up(extra[0]), f"{what} (the reference's sequence is its class token and the patches)")
 
 
 def _square(n: int) -> bool:
@@ -259,7 +368,7 @@ def _block_parts(model: nn.Module, names: list, layer: str, ours: dict) -> dict:
     calls = [n for n in names if isinstance(model.get_submodule(n), CALLED)]
     mha = [c for c in calls if isinstance(model.get_submodule(c), nn.MultiheadAttention)]
     calls = [n for n in calls if not any(n.startswith(c + ".") for c in mha)]  # not an nn.MultiheadAttention's linears
-    kinds = [type(model.get_submodule(n)) for n in calls]
+    kinds = [next(k for k in CALLED if isinstance(model.get_submodule(n), k)) for n in calls]  # a subclass as its base
     if kinds.count(nn.LayerNorm) != 2 or kinds[0] is not nn.LayerNorm:
         raise ValueError(f"a block calling {[k.__name__ for k in kinds]}, not norm, attention, norm, fc1, fc2")
     second = kinds.index(nn.LayerNorm, 1)
@@ -307,7 +416,10 @@ def _params(model: nn.Module, tower: Tower) -> dict:
         raise ValueError(f"{tower.positions}: positions neither Whisper's sinusoids nor the paper's")
     if tower.kind == "vit":  # an unfold's Linear (D, C p p) as the kernel (D, C, p, p)
         C, side = tower.inputs.shape[1], math.isqrt(params[f"{PATCH}.weight"][0].size // tower.inputs.shape[1])
-        params[f"{PATCH}.weight"] = params[f"{PATCH}.weight"].reshape(tower.D, C, side, side)
+        kernel = params[f"{PATCH}.weight"].reshape(tower.D, -1, side, side)  # (C p p)
+        if tower.pixels_last:  # (p p C)
+            kernel = params[f"{PATCH}.weight"].reshape(tower.D, side, side, C).transpose(0, 3, 1, 2)
+        params[f"{PATCH}.weight"] = kernel
     for name, value in list(params.items()):
         if name.endswith(".weight"):
             params.setdefault(name.removesuffix("weight") + "bias", np.zeros(len(value)))
@@ -438,6 +550,8 @@ def _compare(model: nn.Module, tower: Tower, P: dict, fit: Fit, dout, dtype) -> 
     def reference(d):
         ref_out, backward, _ = _reference(P, tower, fit, d)
         grads = backward(dout.astype(d))
+        if tower.pixels_last:  # the kernel's gradient (D, C, p, p) in the Linear's order (D, p, p, C)
+            grads[f"{PATCH}.weight"] = grads[f"{PATCH}.weight"].transpose(0, 2, 3, 1)
         ours = {"output": ref_out} | ({"dpixel_values": grads["inputs"]} if "inputs" in grads else {})
         for n, names in tower.links.items():
             flat = np.concatenate([grads.get(k, np.zeros(0)) for k in names]).reshape(-1)

@@ -584,12 +584,9 @@ def _previous_gate(rec) -> tuple | None:
     return None
 
 
-def _activation(rec) -> tuple | Diagnosis | None:
-    """A product whose input is an element-wise function of another's output (same shape) the reference lacks, told
-    apart by its values: (where, what it computes); QuickGELU's form at another constant: the catalogue's Diagnosis.
-    Between linears, the reference has one activation per model: where two of its own are, the first computing
-    another than the most common one is said (GELU's tanh form in one layer of exact GELU's)."""
-    ours: list = []  # (where, name) of each activation between linears the reference has
+def _activated(rec):
+    """(x, h, a, convolved) for each product whose input x holds a, an element-wise function of h, another product's
+    output of the same shape (the activation between two projections); convolved: one of the two is a convolution."""
     for second in (n for n in rec.nodes if DF.projection(n)):
         x = next((p for p in second.parents if DF.weight_of(p) is None), None)
         sources = _sources(x) if x is not None and x.index in rec.values else set()
@@ -597,23 +594,42 @@ def _activation(rec) -> tuple | Diagnosis | None:
         if first is None or first is x or not DF.projection(first) or first.index not in rec.values:
             continue
         h, a = rec.values[first.index].detach().double(), rec.values[x.index].detach().double()
-        if h.shape != a.shape:
-            continue
+        if h.shape == a.shape:
+            yield x, h, a, "conv1d" in (first.op, second.op)
+
+
+def _activation(rec) -> tuple | Diagnosis | None:
+    """A product whose input is an element-wise function of another's output (same shape) the reference lacks, told
+    apart by its values: (where, what it computes); QuickGELU's form at another constant: the catalogue's Diagnosis.
+    Between linears, the reference has one activation per model: where two of its own are, the first computing
+    another than the most common one is said (GELU's tanh form in one layer of exact GELU's)."""
+    ours: list = []  # (where, name) of each activation between linears the reference has
+    for x, h, a, convolved in _activated(rec):
         scale = max(float(a.abs().max()), 1e-12)
         fits = [(name, known) for name, f, known in ACTIVATIONS if float((f(h) - a).abs().max()) <= 1e-5 * scale]
         if fits and fits[0][1]:
-            ours += [(x.module, fits[0][0])] * (first.op != "conv1d" and second.op != "conv1d")
+            ours += [(x.module, fits[0][0])] * (not convolved)
             continue  # one the reference has
         c = None if fits else _sigmoid_constant(h, a)
         if c is not None:
-            said = f"the activation computes x * sigmoid({c:.4g} x): QuickGELU's form with {c:.4g} for 1.702"
-            error = relative(h * torch.sigmoid(c * h), a, 1e-12)
-            return Diagnosis("activation.quick_gelu_constant", said, x.module, error)
+            return _quick_gelu(x.module, h, a, c)
         return x.module, f"the activation computes {fits[0][0] if fits else _unknown(h, a)}"
     names = [name for _, name in ours]
     common = max(names, key=names.count, default="")
     odd = next(((where, name) for where, name in ours if name != common), None)
     return odd and (odd[0], f"the activation computes {odd[1]} where the others compute {common} (one per model)")
+
+
+def quick_gelu_constant(rec) -> Diagnosis | None:
+    """In a model whose activation is QuickGELU (its other layers' x * sigmoid(1.702 x)), the first activation of its
+    form at another constant c, SiLU's c = 1 included (which _activation passes, the reference having SiLU)."""
+    found = ((x, h, a, _sigmoid_constant(h, a)) for x, h, a, _ in _activated(rec))
+    return next((_quick_gelu(x.module, h, a, c) for x, h, a, c in found if c and abs(c - 1.702) > 1e-3), None)
+
+
+def _quick_gelu(where: str, h, a, c: float) -> Diagnosis:
+    said = f"the activation computes x * sigmoid({c:.4g} x): QuickGELU's form with {c:.4g} for 1.702"
+    return Diagnosis("activation.quick_gelu_constant", said, where, relative(h * torch.sigmoid(c * h), a, 1e-12))
 
 
 # ops computed value by value (an activation written out by hand is made of these), and the views between them
@@ -650,12 +666,15 @@ def _unknown(h, a) -> str:
 
 def _pooled(rec) -> tuple | None:
     """The states (B, T, D) summed or averaged over their positions (a masked mean: sentence-transformers') into
-    (B, D) that the module's last projection reads: a classifier's pooling, which no reference level computes."""
+    (B, D) that the module's last projection reads, or that is its output (timm's average pool): a classifier's
+    pooling, which no reference level computes."""
     last = DF.projection(rec.nodes[-1]) if rec.nodes else None
     for node in (n for n in rec.nodes if n.op in ("sum", "mean") and n.parents and len(n.parents[0].shape) == 3):
         (B, _, D), onward = node.parents[0].shape, lambda n: n.children if n.op in ELEMENTWISE else []
-        if last and tuple(node.shape) == (B, D) and any(n is rec.nodes[-1] for n in DF.walk(node.children, onward)):
-            return node.module, f"{node.op} over the positions pools the states (B, T, D) into (B, D) before {last}"
+        reaches = any(n is rec.nodes[-1] for n in DF.walk([node, *node.children], onward))
+        if (last or node is rec.nodes[-1]) and tuple(node.shape) == (B, D) and reaches:
+            said = f"{node.op} over the positions pools the states (B, T, D) into (B, D)"
+            return node.module, f"{said} before {last}" if last else f"{said}, the module's output"
     return None
 
 
