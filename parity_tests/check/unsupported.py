@@ -603,21 +603,23 @@ def _activation(rec) -> tuple | Diagnosis | None:
     apart by its values: (where, what it computes); QuickGELU's form at another constant: the catalogue's Diagnosis.
     Between linears, the reference has one activation per model: where two of its own are, the first computing
     another than the most common one is said (GELU's tanh form in one layer of exact GELU's)."""
-    ours: list = []  # (where, name) of each activation between linears the reference has
+    ours: list = []  # (where, name, h, a) of each activation between linears the reference has
     for x, h, a, convolved in _activated(rec):
         scale = max(float(a.abs().max()), 1e-12)
         fits = [(name, known) for name, f, known in ACTIVATIONS if float((f(h) - a).abs().max()) <= 1e-5 * scale]
         if fits and fits[0][1]:
-            ours += [(x.module, fits[0][0])] * (not convolved)
+            ours += [(x.module, fits[0][0], h, a)] * (not convolved)
             continue  # one the reference has
         c = None if fits else _sigmoid_constant(h, a)
         if c is not None:
             return _quick_gelu(x.module, h, a, c)
         return x.module, f"the activation computes {fits[0][0] if fits else _unknown(h, a)}"
-    names = [name for _, name in ours]
+    names = [name for _, name, *_ in ours]
     common = max(names, key=names.count, default="")
-    odd = next(((where, name) for where, name in ours if name != common), None)
-    return odd and (odd[0], f"the activation computes {odd[1]} where the others compute {common} (one per model)")
+    where, odd, h, a = next((o for o in ours if o[1] != common), (None,) * 4)
+    if odd is not None and "QuickGELU" in common and odd.startswith("silu"):  # its constant mistyped as 1
+        return _quick_gelu(where, h, a, 1.0)
+    return where and (where, f"the activation computes {odd} where the others compute {common} (one per model)")
 
 
 def quick_gelu_constant(rec) -> Diagnosis | None:
