@@ -95,10 +95,6 @@ TODAY |= {
     "glm4_hand.mixed_pairing_second_layer": "could not judge: 9 norms found, 10 expected (as glm4_hand)",
     "hunyuan_hand": "unexplained at model.layers.0.self_attn: the q/k norms after the rotation unnamed",
 }
-TODAY |= {  # fresh26, first met with the judge frozen
-    "lse_softmax_gpt.logsumexp_over_queries_second_block": "no pair: the column logsumexp read as a bias on the scores",
-    "clamped_scores_gpt": "pass: the clamp to +-50 never binds on the probes, so it is never said",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
