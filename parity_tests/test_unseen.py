@@ -54,10 +54,6 @@ CORPORA += (fresh24, fresh26, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh26, first met with the judge frozen
-    "lse_softmax_gpt.logsumexp_over_queries_second_block": "no pair: the column logsumexp read as a bias on the scores",
-    "clamped_scores_gpt": "pass: the clamp to +-50 never binds on the probes, so it is never said",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -822,3 +818,26 @@ def test_a_zero_logit_joined_to_the_scores_is_a_sink_at_zero(monkeypatch, form):
     result = check.module(fresh18.research_gpt("one"), "transformer_lm")
     assert result.passed == (form != "half"), str(result)
     assert (form != "half") == ("a 1 in its denominator, a sink at logit 0" in str(result)), str(result)
+
+
+@pytest.mark.parametrize(
+    ("clip", "said"),
+    [
+        (lambda s: F.hardtanh(s, -10.0, 10.0), "hardtanh limits the scores q k^T to [-10, 10]"),
+        (lambda s: s.clamp_max(40.0), "clamp_max limits the scores q k^T to [-inf, 40]"),
+        (lambda s: s.clamp(min=torch.finfo(s.dtype).min), None),  # a guard at the dtype's extreme: no clip
+    ],
+)
+def test_a_clip_on_the_scores_is_said_with_its_bounds_and_a_guard_is_not(clip, said):
+    """unsupported.clamped_scores: the bounds read from the op (the probes' scores never reach them)."""
+
+    class Clipped(fresh26.Attention):
+        def attend(self, q, k, v):
+            s = clip(self.scores(q, k)).masked_fill(fresh26._future(q.shape[-2]), float("-inf"))
+            return s.softmax(-1) @ v
+
+    result = check.module(fresh26.gpt(Clipped), "transformer_lm")
+    if said is None:
+        assert result.passed, str(result)
+    else:
+        assert not result.passed and result.unsupported.startswith("differs at blocks.0.attn: " + said), str(result)

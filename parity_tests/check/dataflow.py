@@ -76,7 +76,7 @@ class Node:
     extra: str = ""  # an einsum's equation; an embedding's "max_norm=m" where it renormalises the rows it reads
     children: list = field(default_factory=list)
     value: object = None  # an embedding's ids (numpy); an attention op's: _attention_args; a part: its index
-    call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held)
+    call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held); a clamp's
     tid: int = 0  # the id of the tensor it made
     named: dict = field(default_factory=dict)  # F.multi_head_attention_forward's: {argument: the parameter it is}
 
@@ -132,7 +132,7 @@ class _Recorder(TorchFunctionMode):
         node.extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
         max_norm = kwargs.get("max_norm", args[3] if len(args) > 3 else None) if name == "embedding" else None
         node.extra = f"max_norm={max_norm:g}" if max_norm is not None else node.extra  # its rows renormalised
-        node.call = (func, args, kwargs) if name in VIEWS else None
+        node.call = (func, args, kwargs) if name in VIEWS or name.startswith(("clamp", "clip", "hardtanh")) else None
         self.keep.append(out)  # and the tensors it holds
         node.value = self._value(name, args, kwargs, len(parents))
         node.named = self._named(func, args, kwargs) if name in MHA else {}  # its weights and biases, by argument

@@ -20,7 +20,7 @@ from . import dataflow as DF
 from . import tables as TB
 from .levels import LEVELS
 from .mapping import Link, Piece, Table, role_of
-from .unsupported import NoPair, reference_alibi, t5_relative
+from .unsupported import NoPair, clamped_scores, reference_alibi, t5_relative
 
 ROLES = ("q", "k", "v", "out")
 
@@ -355,8 +355,8 @@ def _rotary(flow, n_layers: int, Dh: int) -> dict:
 
 
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
-    """NoPair for what the flow shows the reference has no pair for: a top-k no router's, an attention run again with
-    the same weights, a parallel block not read as one (`parallel`)."""
+    """NoPair for what the flow shows the reference has no pair for: a top-k no router's, the scores clamped, an
+    attention run again with the same weights, a parallel block not read as one (`parallel`)."""
     routers = [node for node, *_ in flow.routers.values()]
     limits = {n for *_, fields, _, groups in flow.routers.values() if "router_groups" in fields for n in groups}
     for node in flow.nodes:  # a top-k read with nothing beside its input, no router's
@@ -374,6 +374,9 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
             taken = f"{read} read" if read else "the attention's input (or a tensor made outside the forward) taken"
             what = f"a sum that mixes in {mixed[0]} (a residual across layers)" if mixed else f"{taken} as it is"
             raise NoPair(a.module, f"the attention's {roles} are no projection's output: {what}", entry.name)
+    clipped = clamped_scores(flow)  # a clip the probes' small scores may never reach: said from the op
+    if clipped:
+        raise NoPair(*clipped, entry.name)
     shared = [a.module for i, a in enumerate(flow.attentions) if a.q in [b.q for b in flow.attentions[:i]]]
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"

@@ -89,7 +89,7 @@ def _terms(rec):
     written out; SDPA's float attn_mask) that is not the scores: multiplied (value None); added or subtracted, or the
     tensor baddbmm adds (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its float64 as added
     (_read). A row constant (the max a softmax by hand subtracts, any (..., 1) term) is none: the normalisation along
-    the keys cancels it."""
+    the keys cancels it; nor is the scores' own logsumexp subtracted (_normaliser: a softmax, over its axis)."""
     for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
         seen = rec._seen(s)
         for node in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []):
@@ -99,7 +99,7 @@ def _terms(rec):
                 products = [p for p in node.parents if p.op in DF.PRODUCTS and _to_scores(p)]
                 yield from ((node, p, None) for p in products[1:])  # a second product: Transformer-XL's position
                 for k, p in enumerate(node.parents):
-                    if not _to_scores(p) and tuple(p.shape[-1:]) != (1,):
+                    if not _to_scores(p) and tuple(p.shape[-1:]) != (1,) and not _normaliser(node, p):
                         yield node, p, _read(rec, p, -1.0 if k and node.op in DF.SUBS else 1.0, seen)
             elif node.op == "baddbmm" and node.value and node.parents[0].index in rec.values:  # a recorded tensor added
                 yield node, node.parents[0], _read(rec, node.parents[0], 1.0, seen)
@@ -107,6 +107,13 @@ def _terms(rec):
         value = rec.values.get(s.parents[3].index)
         if value is not None and value.is_floating_point():
             yield s, s.parents[3], _read(rec, s.parents[3], 1.0, rec._seen(s))
+
+
+def _normaliser(node, term) -> bool:
+    """Whether `term` is the logsumexp of the scores `node` subtracts it from: exp(s - logsumexp(s, dim)) is
+    softmax(s, dim), over whichever axis (the catalogue's search names a wrong one), no term on the scores."""
+    lse = DF.root(term)
+    return node.op in DF.SUBS and lse.op == "logsumexp" and DF.root(lse.parents[0]) is DF.root(node.parents[0])
 
 
 def _read(rec, term, sign: float, seen):
@@ -566,6 +573,30 @@ def _clamped(rec) -> tuple | None:
 CLAMPS = {"clamp", "clamp_", "clamp_min", "clamp_max", "clip", "hardtanh"}
 
 
+def clamped_scores(rec) -> tuple | None:
+    """The scores q k^T clamped (clamp, clip, hardtanh) on their way to the softmax at a bound a score can reach
+    (|b| < 1e30: not a guard at the dtype's extreme): the reference's are not clipped, so once a trained model's
+    scores pass the bounds its attention differs, whether or not the probes' small scores reach them."""
+    for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
+        for node in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH | CLAMPS else []):
+            lo, hi = _bounds(node) if node.op in CLAMPS and _to_scores(node.parents[0]) else (math.inf, math.inf)
+            if min(abs(lo), abs(hi)) < 1e30:
+                said = f"{node.op} limits the scores q k^T to [{lo:g}, {hi:g}] before the softmax (a clip: where a "
+                return node.module, said + "trained model's scores pass it, its attention differs)"
+    return None
+
+
+def _bounds(node) -> tuple:
+    """(lower, upper) a clamp, clip or hardtanh call limits to; -inf / inf where it sets none (or a tensor)."""
+    _, args, kwargs = node.call or (None, (), {})
+    op = node.op.rstrip("_")
+    positional = {"clamp_min": ["min"], "clamp_max": ["max"]}.get(op, ["min", "max"])
+    named = dict(zip(positional, args[1:], strict=False))
+    named |= {k.removesuffix("_val"): v for k, v in kwargs.items()}  # hardtanh's min_val, max_val
+    one = lambda b: isinstance(b, (int, float)) or isinstance(b, torch.Tensor) and b.numel() == 1  # noqa: E731
+    return tuple(float(named[k]) if one(named.get(k)) else sign * math.inf for k, sign in (("min", -1), ("max", 1)))
+
+
 def _shifted(node) -> bool:
     """x[:, :-1] of a computed (B, T, ...) tensor: the previous positions."""
     if node.op != "__getitem__" or node.call is None or DF.root(node).param is not None:
@@ -745,6 +776,6 @@ def _norm_after_rotary(rec) -> tuple | None:
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
     _renormed, _embedding_scale, _chunked, _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm,
-    _normalised_weight, _glu, _previous_gate, score_terms, _cross_mask, _macaron, _weights, _gain, _output_gate,
-    _clamped, _activation, _value_embedding, _learned_scale, _pooled, _uncalled,
+    _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain,
+    _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _uncalled,
 )  # fmt: skip
