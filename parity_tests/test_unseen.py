@@ -103,6 +103,7 @@ TODAY |= {  # fresh25, first met with the judge frozen (its docstring says more)
     "nomic_embed.eps_outside_root_second_layer": _ONE_ROW_TYPES,
     "nomic_embed.sentence": _AT_NORMALIZE,
     "nomic_embed.sentence_counting_padding": _AT_NORMALIZE,
+    "colbert": "no pair said at normalize (a norm without a weight), not at the per-token projection before it",
     "bge_cls": "no pair at normalize said as a norm without a weight, not as scaling to unit length",
     "modernbert_mlm.gelu_on_up_half_second_layer": "pass (the second layer's Wi halves read the other way round)",
     "modernbert_mlm.padding_inverted_second_layer": _UNEXPLAINED_ATTN,

@@ -17,6 +17,8 @@ frozen: what it said when it first met each is in parity_tests/test_unseen.py's 
   has no pair for at the pooling), and the same pooling dividing by T (the padded tokens counted);
 - a BGE-style encoder: BERT's learned positions and post-norm GELU layers, the [CLS] state taken and scaled to unit
   length (no dense + tanh pooler: no pair, said at the normalisation);
+- a ColBERT-style encoder: the same BERT layers, every token's state through a bias-free Linear to 16 features, put
+  at unit length and zeroed at the padding (no pair, said at the projection);
 - a Jina-BERT-v2-style encoder: ALiBi on both sides (-m |i - j|, the reference's slopes), no position table,
   post-norm, a GeGLU out of one `gated_layers` Linear (up then gate), `wo` back;
 - mistakes put into them, each named where it sits: GeGLU's GELU on the up half in ModernBERT's second layer, its
@@ -24,12 +26,13 @@ frozen: what it said when it first met each is in parity_tests/test_unseen.py's 
   pair), the Nomic encoder's second output norm with eps outside the root, Jina's second attention scaled by
   d_model ** -0.5 and its attention dropout left on in evaluation.
 
-First met: 7 of 15 right (the ModernBERT MLM and its states, the Nomic encoder without its token-type table and its
+First met: 7 of 16 right (the ModernBERT MLM and its states, the Nomic encoder without its token-type table and its
 norm's mistake there, the Jina encoder and both its mistakes). Wrong then:
 - the Nomic encoder with its token-type table of one row, and its norm's mistake inside it: "could not judge: bos_id
   must be a valid token id below tgt_vocab_size=1, got 1" (the one-row table read as a second vocabulary);
 - the sentence pipeline, with and without the padded tokens counted: no pair said at `normalize` ("normalize(x)
   normalises without a weight"), not at the pooling that runs before it;
+- ColBERT's per-token projection: no pair said at `normalize` (as a norm without a weight), after it;
 - BGE's [CLS] at unit length: said at `normalize` as a norm without a weight, not as scaling to unit length;
 - ModernBERT's GELU on the up half of the second layer's `Wi`: a pass (that layer's halves read the other way round,
   though the first layer fixes which half of `Wi` is activated);
@@ -332,6 +335,27 @@ def bge_cls() -> BgeEncoder:
     return _jitter(BgeEncoder())
 
 
+class ColbertEncoder(BgeEncoder):
+    """ColBERT's late interaction side: every token's state projected to 16 features and put at unit length."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(D, 16, bias=False)
+
+    def forward(self, input_ids, attention_mask=None):
+        keep = _keep(input_ids, attention_mask)
+        positions = torch.arange(input_ids.shape[1])
+        x = self.embeddings_norm(self.word_embeddings(input_ids) + self.position_embeddings(positions))
+        for layer in self.layers:
+            x = layer(x, keep)
+        return self.normalize(self.linear(x)) * keep[..., None]
+
+
+def colbert() -> ColbertEncoder:
+    torch.manual_seed(5)
+    return _jitter(ColbertEncoder())
+
+
 # -- Jina-BERT-v2-style: symmetric ALiBi, post-norm, GeGLU -----------------------------------------------------------
 
 
@@ -445,6 +469,8 @@ CASES = [
         ("no pair", "pooling", "pool"),
     ),
     ("bge_cls", bge_cls, _ENC, {}, ("no pair", "normalize", "unit length")),
+    # a per-token projection the reference's encoder has no head for (its heads: BERT's pooler, the masked-LM head)
+    ("colbert", colbert, _ENC, {}, ("no pair", "linear", "linear")),
     ("jina_bert", jina_bert, _ENC, {}, "pass"),
     (
         "jina_bert.scaled_by_d_model_second_layer",
