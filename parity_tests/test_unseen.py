@@ -42,6 +42,7 @@ from parity_tests.corpus import (
     fresh22,
     fresh23,
     fresh24,
+    fresh25,
     fresh26,
     frontier,
     lacking,
@@ -50,10 +51,24 @@ from parity_tests.corpus import (
 
 CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
 CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, fresh18, fresh19, fresh20, fresh21, fresh22, fresh23)
-CORPORA += (fresh24, fresh26, lacking)
+CORPORA += (fresh24, fresh25, fresh26, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
+_ONE_ROW_TYPES = "could not judge: bos_id must be below tgt_vocab_size=1 (a token-type table of one row)"
+_AT_NORMALIZE = "no pair said at normalize (normalize(x) read as a norm without a weight), not at the pooling"
+_UNEXPLAINED_ATTN = "unexplained: model.layers.1.attn diverges (nothing named)"
+TODAY |= {  # fresh25, first met with the judge frozen (its docstring says more)
+    "nomic_embed": _ONE_ROW_TYPES,
+    "nomic_embed.eps_outside_root_second_layer": _ONE_ROW_TYPES,
+    "nomic_embed.sentence": _AT_NORMALIZE,
+    "nomic_embed.sentence_counting_padding": _AT_NORMALIZE,
+    "colbert": "no pair said at normalize (a norm without a weight), not at the per-token projection before it",
+    "bge_cls": "no pair at normalize said as a norm without a weight, not as scaling to unit length",
+    "modernbert_mlm.gelu_on_up_half_second_layer": "pass (the second layer's Wi halves read the other way round)",
+    "modernbert_mlm.padding_inverted_second_layer": _UNEXPLAINED_ATTN,
+    "modernbert_mlm.band_one_sided_second_layer": _UNEXPLAINED_ATTN,
+}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -151,6 +166,10 @@ SLOW |= {c[0] for c in fresh23.CASES} - {  # fresh23: a case of each model (and 
 SLOW |= {c[0] for c in fresh24.CASES} - {  # fresh24: a case of each loop the judge first misread, by default
     "oss_loop", "oss_loop.arange", "oss_loop.activation_on_up_expert_2", "mixtral_bmm",
     "mixtral_stacked_loop.activation_on_up_expert_1_second_layer",
+}  # fmt: skip
+SLOW |= {c[0] for c in fresh25.CASES} - {  # fresh25: a case of each model (and each cause in TODAY) by default
+    "modernbert_mlm.states", "modernbert_mlm.gelu_on_up_half_second_layer", "nomic_embed", "nomic_embed.sentence",
+    "bge_cls", "jina_bert.scaled_by_d_model_second_layer", "nomic_embed.no_token_types.eps_outside_root_second_layer",
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",
