@@ -717,7 +717,8 @@ def _feature_head(rec) -> tuple | None:
     """The module's output (through element-wise ops, views and F.normalize) a projection of the states (B, T, D)
     that no attention or block reads, to a width neither D nor a table's rows (ColBERT's per-token Linear D -> 16):
     a head no reference level has (its heads: BERT's pooler, D -> D; the masked-LM head, D -> V)."""
-    tables = {DF.root(n.parents[-1]).shape[0] for n in rec.nodes if n.op == "embedding" and n.parents}
+    looked = [n.parents[-(n.op == "embedding")] for n in rec.nodes if isinstance(n.value, np.ndarray) and n.parents]
+    tables = {DF.root(p).shape[0] for p in looked if DF.weight_of(p)}  # rows of the tables ids read (embedding, P[ids])
     onward = ELEMENTWISE | DF.VIEWS | {"normalize"}
     for node in DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in onward else []):
         weight = DF.projection(node)
