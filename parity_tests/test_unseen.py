@@ -55,20 +55,6 @@ CORPORA += (fresh24, fresh25, fresh26, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-_ONE_ROW_TYPES = "could not judge: bos_id must be below tgt_vocab_size=1 (a token-type table of one row)"
-_AT_NORMALIZE = "no pair said at normalize (normalize(x) read as a norm without a weight), not at the pooling"
-_UNEXPLAINED_ATTN = "unexplained: model.layers.1.attn diverges (nothing named)"
-TODAY |= {  # fresh25, first met with the judge frozen (its docstring says more)
-    "nomic_embed": _ONE_ROW_TYPES,
-    "nomic_embed.eps_outside_root_second_layer": _ONE_ROW_TYPES,
-    "nomic_embed.sentence": _AT_NORMALIZE,
-    "nomic_embed.sentence_counting_padding": _AT_NORMALIZE,
-    "colbert": "no pair said at normalize (a norm without a weight), not at the per-token projection before it",
-    "bge_cls": "no pair at normalize said as a norm without a weight, not as scaling to unit length",
-    "modernbert_mlm.gelu_on_up_half_second_layer": "pass (the second layer's Wi halves read the other way round)",
-    "modernbert_mlm.padding_inverted_second_layer": _UNEXPLAINED_ATTN,
-    "modernbert_mlm.band_one_sided_second_layer": _UNEXPLAINED_ATTN,
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

@@ -320,7 +320,7 @@ def picked(node: Node) -> bool:
     if node.op != "__getitem__" or node.parents[0].param is None:
         return False
     index, shape = node.parents[1:], node.parents[0].shape
-    one = all(n.shape == () for n in index) and len(shape) > 1 and node.shape == shape[1:]
+    one = all(n.shape == () for n in index) and len(shape) > 1 and shape[0] > 1 and node.shape == shape[1:]
     return one or any(n.op == "topk" for n in walk(index, lambda n: n.parents))
 
 
@@ -427,6 +427,8 @@ class Attention:
     sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
     # or [SINK_AT_ZERO]: a 1 in the denominator (softmax-plus-one)
     window: int | None = None  # a sliding window its mask applies (Flow.width)
+    causal_band: bool = False  # and no key after the query seen: a causal window
+    blind: bool = False  # its mask hid every key on the recording: no band to read
     unprojected: dict = field(default_factory=dict)  # q, k or v of no projection -> the tensors it reads as they are
     mixed: set = field(default_factory=set)  # and the weights met past a sum (another attention's values mixed in)
     factor: float = 1.0  # the numbers the scores are multiplied (or divided) by on their way to the softmax
@@ -599,6 +601,8 @@ class Flow:
             return None
         T, S = seen.shape
         distance = torch.arange(S - T, S)[:, None] - torch.arange(S)[None, :]  # query - key
+        keys = seen.any(0)  # keys no query sees (padding, where a padding mask's polarity is flipped) left out
+        seen, distance = (seen[:, keys], distance[:, keys]) if bool(keys.any()) else (seen, distance)
         past = distance >= 1
         if not bool((past & ~seen).any()):
             return None
@@ -662,6 +666,9 @@ def read(nodes: list, values: dict) -> Flow:
     found = [(a, node) for node in nodes if (a := _attention(node)) is not None]
     for a, node in found:
         a.window = flow.width(node)
+        seen = flow._seen(node)
+        a.causal_band = bool(a.window and seen is not None and not seen.triu(1).any())
+        a.blind = seen is not None and not bool(seen.any())
         a.sinks = a.sinks or [SINK_AT_ZERO] * _sink_at_zero(node, values)
     flow.attentions = _heads_merged([a for a, _ in found])
     for a in flow.attentions:
@@ -738,8 +745,10 @@ def _uses(flow: Flow) -> None:
             offset = _position_offset(node.value)
             if offset is not None:
                 flow.positions.setdefault(table, offset)
-            elif node.value.size > 1 and np.all(node.value == node.value.flat[0]):
-                flow.constant_lookups.add(table)
+            elif np.all(node.value == node.value.flat[0]) and (
+                node.value.size > 1 or root(node.parents[0]).shape[0] < 2
+            ):
+                flow.constant_lookups.add(table)  # one id everywhere; a one-row table's row read by any id
     weights = {projection(n) for n in flow.nodes}  # an indexed weight (a fused one's rows) is no table
     for table in indexed & weights:
         flow.positions.pop(table, None)
@@ -764,7 +773,9 @@ def _attention_args(name: str, args: tuple, kwargs: dict):
 def _rows_read(index, shape: tuple) -> np.ndarray | None:
     """The rows of a parameter an index reads whole: ids (an integer tensor), or 0 .. T - 1 for [:T] (a slice of
     the first axis, or of the first axis after leading singleton axes: P[:, :T] of a (1, T_max, D) table); None
-    for any other index."""
+    for any other index; [0] for P[0] of a one-row table (a token-type table of type_vocab_size 1)."""
+    if type(index) is int and index in (0, -1) and shape[0] == 1:
+        return np.zeros(1, dtype=np.int64)
     if isinstance(index, tuple):  # leading axes of size 1 read whole (: or 0), the rows, the rest whole
         whole = [isinstance(i, slice) and i == slice(None) for i in index]
         lead = next((k for k, i in enumerate(index) if not whole[k] and not (type(i) is int and i == 0)), len(index))

@@ -50,6 +50,7 @@ class Site:
     gqa: bool = False
     softcap: float | None = None
     sinks: bool = False  # GPT-OSS's sink logit per head in every softmax's denominator
+    band: np.ndarray | None = None  # an encoder's local band (T, T), True within, where its config has local layers
 
 
 @dataclass(frozen=True)

@@ -517,6 +517,9 @@ def _attention_variants(check, choice, attention: R.Stage, user_out, where: str,
     rope = VR.rope_knobs(choice.cfg, attention.unit.endswith("self_attn"), R.layer_of(attention.unit), causal)
     paired = [pair_order(x.rope_pairs, x.rope_pairs, x.rope_rotary) for x in choice.layout.links if x.rope_pairs]
     knobs = rope | {"order": paired[0] if paired else None} | (attention.masks or {}) | context
+    cfg, T = choice.cfg, query.shape[1]
+    if not causal and cfg.layer_types and "sliding_attention" in cfg.layer_types and cfg.sliding_window:
+        knobs["band"] = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :]) <= cfg.sliding_window // 2  # probes'
     params = M.sub(check.params, attention.unit)
     found = match_attention(user_out, params, query, kv, choice.cfg.n_heads, keep, where, valid, **knobs)
     return found or _qk_norm_variants(check, choice, attention, user_out, where, valid, knobs)

@@ -68,10 +68,16 @@ def _masks_swapped(site: Site) -> list:
 
 
 def _inverted(site: Site) -> list:
-    """A mask's polarity flipped; a causal mask's triangle too: triu for tril (each query sees itself and the future,
-    not the past), or the causal keep negated (only the future)."""
+    """A mask's polarity flipped; an encoder's padding flipped within its local band (a layer the recording could
+    not read the band of: its flipped mask hid every key there); a causal mask's triangle too: triu for tril (each
+    query sees itself and the future, not the past), or the causal keep negated (only the future)."""
     if site.keep is None or not site.causal:
-        return [] if site.keep is None else [("the mask's polarity is flipped", {"keep": ~site.keep})]
+        flipped = [] if site.keep is None else [("the mask's polarity is flipped", {"keep": ~site.keep})]
+        if site.band is None or site.keep is None:
+            return flipped
+        padding = site.keep.any(-2, keepdims=True)  # the keys some query sees: the real ones (a band sees itself)
+        inside = "the padding mask's polarity is flipped inside the local band"
+        return flipped + [(inside, {"keep": ~padding & site.band})]
     ones = np.ones((site.keep.shape[-1],) * 2, bool)
     flipped = "the causal mask's triangle flipped (triu for tril): a query sees itself and the future"
     future = "the causal mask's polarity flipped: each query sees only the future"

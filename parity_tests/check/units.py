@@ -340,7 +340,8 @@ def _sandwich(entry, flow, units: Units) -> None:
 def _rotary(flow, n_layers: int, Dh: int) -> dict:
     """What each layer's cos and sin tables say: the layers that turn the queries where only some do (SmolLM3's
     NoPE layers: rope_layers), the sliding layers' base where it is not the others' (Gemma 3's, ModernBERT's
-    rope_local_theta), in the one stack of `n_layers` layers."""
+    rope_local_theta), in the one stack of `n_layers` layers; an attention whose mask hid every key on the recording
+    (Attention.blind) given the sliding layers' window where it has their base."""
     if not 0 < len(flow.attentions) == n_layers:
         return {}
     turned = [a.turned for a in flow.attentions]
@@ -348,8 +349,11 @@ def _rotary(flow, n_layers: int, Dh: int) -> dict:
     read = [next((r for n in t if (r := TB.base_of(flow.values[n.index], Dh)) is not None), None) for t in turned]
     bases = [r and r[0] for r in read]  # (base, rotary width) or None
     local = {b for a, b in zip(flow.attentions, bases, strict=True) if a.window and b}
-    full = {b for a, b in zip(flow.attentions, bases, strict=True) if not a.window and b}
+    full = {b for a, b in zip(flow.attentions, bases, strict=True) if not a.window and not a.blind and b}
     if len(local) == len(full) == 1 and local != full:
+        window = flow.window
+        for a, b in zip(flow.attentions, bases, strict=True):
+            a.window = window if a.blind and b in local else a.window  # its band known by its base
         found |= {"rope_theta": full.pop(), "rope_local_theta": local.pop()}
     return found | {"positional": "rope"} if found else {}
 
@@ -557,6 +561,9 @@ def _from_flow(entry, flow, units: Units, base: dict) -> dict:
     if base["sliding_window"] and "full_attention" in kinds and len(kinds) == units.n_dec and not units.n_enc:
         base["layer_types"] = kinds  # windowed layers and full ones (Gemma 2's alternation)
     elif flow.window and entry.group == "model" and len(kinds) == units.n_enc and not units.n_dec:
+        causal_band = next((a.module for a in flow.attentions if a.causal_band), None)
+        if causal_band:  # the reference's encoder band is |i - j| <= w / 2, both sides
+            raise NoPair(causal_band, "a causal band in an encoder: the keys after each query hidden", entry.name)
         # an encoder's band |i - j| < W: the reference's |i - j| <= window // 2 (ModernBERT's local layers)
         base |= {"sliding_window": 2 * (flow.window - 1), "layer_types": kinds}
     factors = [a.factor for a in flow.attentions]  # GPT-2's scale_attn_by_inverse_layer_idx: 1 / (i + 1),
@@ -681,7 +688,8 @@ class Linker:
         self.links.append(Link(table.name, [(ref, None)], offset=table.offset))
 
     def ffn(self, block, prefix: str) -> None:
-        """A block's linears; a gate and up in one projection (Phi-3's) as two parts, in the order the flow read; a
+        """A block's linears; a gate and up in one projection (Phi-3's) as two parts, in the order the flow read in the
+        first such block (a model stores its layers alike: another layer's activation on its up half is a mistake); a
         mixture's router, and each expert's gate, up and down as its rows of the experts' stacked weights."""
         if isinstance(block, Mixture):
             self.piece(block.router, [(f"{prefix}router", None)], self.cfg.expert_kind == "gpt_oss")
@@ -704,7 +712,8 @@ class Linker:
                     self._stack(Link(p.weight, [part], transposed=p.transposed))
             return
         if len(block) == 3 and block[0] is block[1]:
-            halves = ["linear1", "gate"] if block[0].weight in self.found.flow.up_first else ["gate", "linear1"]
+            first = next(b[0].weight for b in experts(self.units.blocks) if len(b) == 3 and b[0] is b[1])
+            halves = ["linear1", "gate"] if first in self.found.flow.up_first else ["gate", "linear1"]
             rows = self._interleaved(block[0], prefix)
             self.piece(block[0], rows or [(f"{prefix}{h}", None) for h in halves], self.cfg.bias)
             block = block[2:]

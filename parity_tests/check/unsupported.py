@@ -416,6 +416,8 @@ def _weightless_norm(rec) -> tuple | None:
         scales = [p for n in uses if n.op not in DF.PRODUCTS for p in n.parents if len(uses) == 1 or _per_feature(p)]
         scales += [p for n in before if n.op in DF.MULS and node.op not in NORMS for p in n.parents]
         if normed is not None and not any(map(_learned, scales)):
+            if node.op == "normalize":  # x / max(|x|_2, eps)
+                return node.module, "F.normalize(x) scales each vector to unit length (L2), without a weight"
             said = f"{node.op}(x)" if node.op in NORMS else f"x * {node.op}(mean(x^2) + eps)"
             return node.module, f"{said} normalises without a weight (no learned scale)"
     return None
@@ -703,11 +705,27 @@ def _pooled(rec) -> tuple | None:
     pooling, which no reference level computes."""
     last = DF.projection(rec.nodes[-1]) if rec.nodes else None
     for node in (n for n in rec.nodes if n.op in ("sum", "mean") and n.parents and len(n.parents[0].shape) == 3):
-        (B, _, D), onward = node.parents[0].shape, lambda n: n.children if n.op in ELEMENTWISE else []
+        (B, _, D), onward = node.parents[0].shape, lambda n: n.children if n.op in ELEMENTWISE | {"normalize"} else []
         reaches = any(n is rec.nodes[-1] for n in DF.walk([node, *node.children], onward))
-        if (last or node is rec.nodes[-1]) and tuple(node.shape) == (B, D) and reaches:
+        if tuple(node.shape) == (B, D) and reaches:  # the output's, maybe through F.normalize
             said = f"{node.op} over the positions pools the states (B, T, D) into (B, D)"
             return node.module, f"{said} before {last}" if last else f"{said}, the module's output"
+    return None
+
+
+def _feature_head(rec) -> tuple | None:
+    """The module's output (through element-wise ops, views and F.normalize) a projection of the states (B, T, D)
+    that no attention or block reads, to a width neither D nor a table's rows (ColBERT's per-token Linear D -> 16):
+    a head no reference level has (its heads: BERT's pooler, D -> D; the masked-LM head, D -> V)."""
+    looked = [n.parents[-(n.op == "embedding")] for n in rec.nodes if isinstance(n.value, np.ndarray) and n.parents]
+    tables = {DF.root(p).shape[0] for p in looked if DF.weight_of(p)}  # rows of the tables ids read (embedding, P[ids])
+    onward = ELEMENTWISE | DF.VIEWS | {"normalize"}
+    for node in DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in onward else []):
+        weight = DF.projection(node)
+        x = node.parents[0] if weight is not None else None
+        D = x.shape[-1] if x is not None else None
+        if x is not None and len(x.shape) == 3 and weight not in rec.roles and node.shape[-1] not in {*tables, D}:
+            return node.module, f"a projection of every position's state ({x.shape[-1]} -> {node.shape[-1]} features)"
     return None
 
 
@@ -777,5 +795,5 @@ def _norm_after_rotary(rec) -> tuple | None:
 FINDS = (
     _renormed, _embedding_scale, _chunked, _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm,
     _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain,
-    _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _uncalled,
+    _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _feature_head, _uncalled,
 )  # fmt: skip
