@@ -36,8 +36,8 @@ norm's mistake there, the Jina encoder and both its mistakes). Wrong then:
 - BGE's [CLS] at unit length: said at `normalize` as a norm without a weight, not as scaling to unit length;
 - ModernBERT's GELU on the up half of the second layer's `Wi`: a pass (that layer's halves read the other way round,
   though the first layer fixes which half of `Wi` is activated);
-- ModernBERT's padding mask inverted in its second layer, and its band one-sided there: "unexplained:
-  model.layers.1.attn diverges" (the right place, nothing named).
+- ModernBERT's padding mask inverted in its second layer, and its band one-sided there: an "unexplained" divergence
+  at model.layers.1.attn (the right place, nothing named).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
