@@ -289,6 +289,7 @@ def no_pad_token(check: Check, choice: Choice, found: MP.Structure, again) -> tu
     if (
         choice.matched
         or choice.caller.masks
+        or choice.caller.call is not None  # a call= passes the padding (d2l's valid_lens): a pad token meant
         or check.entry.group != "model"
         or pad is None
         or "pad_id" in stated(check.given)
