@@ -34,7 +34,7 @@ from . import weight_map as WM
 from .diagnosis import MATCH, _error, _valid
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result
 from .running import COARSER, at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
-from .session import Check, Layout, copy_of, prepare, probe_of, recording, run_user, stated
+from .session import Check, Layout, copy_of, hides_id, prepare, probe_of, recording, run_user, stated
 
 
 def output_kind(out: np.ndarray) -> str:
@@ -283,8 +283,8 @@ def module(
 
 def no_pad_token(check: Check, choice: Choice, found: MP.Structure, again) -> tuple[Check, Choice]:
     """A model of ids reproducing nothing while passed no mask, its pad id assumed (no table's padding_idx, nor the
-    caller's): judged again (`again(given)`, a Check) with no padding token (pad_id=None: nothing masked, ids
-    without padding), kept where its output lies closer (a forward building all-ones masks: no pad token)."""
+    caller's) and masked nowhere (no key hidden where the ids end in it): judged again (`again(given)`, a Check) with
+    no padding token (pad_id=None: ids without padding), kept where its output lies closer (all-ones masks built)."""
     pad, tables = check.model.cfg.pad_id, found.tables
     if (
         choice.matched
@@ -294,6 +294,7 @@ def no_pad_token(check: Check, choice: Choice, found: MP.Structure, again) -> tu
         or pad is None
         or "pad_id" in stated(check.given)
         or any(t.padding_idx is not None for t in tables)
+        or hides_id(check.user, check.level, tables, pad)
     ):
         return check, choice
     try:
