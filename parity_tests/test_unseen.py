@@ -56,12 +56,6 @@ CORPORA += (fresh24, fresh25, fresh26, fresh27, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh27
-    "assistant_bert.padding_added_as_0_1_second_layer": "unexplained divergence at encoder.layer.1.attention, no id",
-    "assistant_seq2seq": "attention.mask_ignored at encoder.layers.0.self_attn (pad_id=0 assumed, None not tried)",
-    "assistant_seq2seq.is_causal_if_no_mask_second_decoder_layer": "attention.mask_ignored at encoder.layers.0 "
-    "(pad_id=0 assumed), not the decoder's not_causal",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

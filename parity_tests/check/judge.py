@@ -34,7 +34,7 @@ from . import weight_map as WM
 from .diagnosis import MATCH, _error, _valid
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result
 from .running import COARSER, at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
-from .session import Check, Layout, copy_of, prepare, probe_of, recording, run_user, stated
+from .session import Check, Layout, copy_of, hides_id, prepare, probe_of, recording, run_user, stated
 
 
 def output_kind(out: np.ndarray) -> str:
@@ -269,13 +269,43 @@ def module(
             plain, computed = RN.computed_weights(plain)  # int8 weights dequantized in the forward: what it computes
             found = recording(plain, level, given, seed, **conventions) if computed else found
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
-            result = verdict(check, choose(check), reference, dtypes)
+            check, choice = no_pad_token(
+                check, choose(check), found, lambda g: prepare(plain, level, g, mapped, found, seed, **conventions)
+            )
+            result = verdict(check, choice, reference, dtypes)
             result.notes += wrapped + scripted + parametrized + adapted + graphed + computed
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow, exc)
     finally:
         torch.set_num_threads(threads)
+
+
+def no_pad_token(check: Check, choice: Choice, found: MP.Structure, again) -> tuple[Check, Choice]:
+    """A model of ids reproducing nothing while passed no mask, its pad id assumed (no table's padding_idx, nor the
+    caller's) and masked nowhere (no key hidden where the ids end in it): judged again (`again(given)`, a Check) with
+    no padding token (pad_id=None: ids without padding), kept where its output lies closer (all-ones masks built)."""
+    pad, tables = check.model.cfg.pad_id, found.tables
+    if (
+        choice.matched
+        or choice.caller.masks
+        or choice.caller.call is not None  # a call= passes the padding (d2l's valid_lens): a pad token meant
+        or check.entry.group != "model"
+        or pad is None
+        or "pad_id" in stated(check.given)
+        or any(t.padding_idx is not None for t in tables)
+        or hides_id(check.user, check.level, tables, pad)
+    ):
+        return check, choice
+    try:
+        other = again(check.given | {"pad_id": None})
+        alt = choose(other)
+    except Exception:  # the reading without padding does not run: the first stands
+        return check, choice
+    if alt.error >= choice.error:
+        return check, choice
+    said = f"no padding token (pad_id=None, closer than {pad}: the module masks no id {pad}); else pass pad_id="
+    return dataclasses.replace(other, notes=(*other.notes, said)), alt
 
 
 def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Result:

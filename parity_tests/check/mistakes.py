@@ -183,8 +183,12 @@ MISTAKES = (
     ),
     _at(
         "attention.mask_ignored",  # a causal attention that applies no mask is attention.not_causal
-        "the mask is passed in but never applied: P = softmax(S) over every key",
+        "the mask is passed in but never applied: P = softmax(S) over every key (or softmax(S + m), its 0/1 added)",
         ("the mask is passed in but never applied", {"mask_mode": "ignored"}),
+        (
+            "the 0/1 keep mask added to the scores (+1 kept, 0 hidden), not -inf at the hidden keys",
+            {"mask_mode": "added"},
+        ),
         when=lambda s: s.keep is not None and not s.causal,
     ),
     _at(

@@ -319,6 +319,16 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
     return MP.with_flow(found, user, flow, raised)
 
 
+def hides_id(user, level: str, tables: list, pad: int) -> bool:
+    """Whether the forward (called with ids alone), recorded on small ids ending in `pad` in every sequence, hides a
+    key from every query of an attention (a padding mask built from the ids); unread (no recording) counts as hiding."""
+    p = PR.model_ids(LV.LEVELS[level].inputs, tables, 2)
+    ids = {n: np.concatenate([v[:, :-1], np.full_like(v[:, -1:], pad)], 1) for n, v in p.ids.items()}
+    flow = read_flow(user, level, lambda caller: dataclasses.replace(p, ids=ids), 16, call=None)[0]
+    seen = [] if flow is None else [s for n in flow.nodes if (s := flow._seen(n)) is not None]
+    return flow is None or any(not bool(s.any(0).all()) for s in seen)
+
+
 def _repeated(flow: DF.Flow) -> bool:
     """Whether an attention's queries come from a projection an earlier attention's came from: the same weights run
     again (ALBERT's sharing, the same count on any batch; or a call= running the model once per sequence, a count B

@@ -32,7 +32,7 @@ def attention_heads(
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh), keep
     broadcastable to (B, H, T_q, T_k) or None. The reference's knobs first: divisor None (sqrt(Dh)); mask_mode
     "before" (masked scores excluded), "fill" (-1e9, as masked_fill, then the softmax over `axis`), "after"
-    (probabilities zeroed), "after_renorm" (zeroed, then rows renormalised), "ignored"; axis -1 (-2: over the
+    (probabilities zeroed), "after_renorm" (zeroed, then rows renormalised), "ignored", "added"; axis -1 (-2: over the
     queries); swap_qk: scores K Q^T; softcap: Gemma 2's cap or None, cap_mode "scores" (cap * tanh(S / cap) before
     the mask), "undivided" (cap * tanh(S)), "probabilities" (cap * tanh(P / cap) after the softmax); sinks: GPT-OSS's
     logit per head (H,) in each row's denominator or None, sink_mode "missing": left out of it; alibi: ALiBi's
@@ -54,8 +54,8 @@ def attention_heads(
         probs = softmax(scores, keep, axis)
     elif mask_mode == "fill":  # masked_fill(-1e9) then a plain softmax: a wrong axis then sees the filled entries
         probs = softmax(scores if keep is None else np.where(keep, scores, -1e9), None, axis)
-    else:
-        probs = softmax(scores, None, axis)
+    else:  # "ignored", "after", "after_renorm"; "added": the 0/1 keep mask added to the scores, softmax(S + m)
+        probs = softmax(scores + keep if mask_mode == "added" and keep is not None else scores, None, axis)
         if mask_mode in ("after", "after_renorm") and keep is not None:
             probs = probs * keep
             if mask_mode == "after_renorm":

@@ -44,6 +44,10 @@ First met: 15 of 18 right. Wrong:
 - assistant_seq2seq.is_causal_if_no_mask_second_decoder_layer: the same attention.mask_ignored at
   encoder.layers.0.self_attn, the pad_id assumption hiding the decoder's not_causal (found on the pad_0 twin).
 
+Fixed since: the judge tries no padding token (pad_id=None) where a model of ids, passed no mask, matches nothing
+under the pad id it assumed (0), hides no key on ids ending in 0, and lies closer so; attention.mask_ignored holds
+a variant softmax(S + m) for the 0/1 keep mask added to the scores.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
