@@ -592,11 +592,11 @@ class Flow:
         return widths.pop() if len(widths) == 1 else None
 
     def width(self, node: Node) -> int | None:
-        """The sliding window (Mistral's) the mask of a softmax or an attention op applies (_seen), read from the
+        """The sliding window (Mistral's) the mask of a softmax or an attention op applies (keys_seen), read from the
         keys before each query (distance i - j >= 1, after a cache's S - T keys): W where those at distance 1 .. W - 1
         are seen and farther ones not, whatever the diagonal and the future (the causal mask's mistakes); 1 where each
         query sees itself alone; None where no earlier key is hidden (causality alone), or not so."""
-        seen = self._seen(node)
+        seen = self.keys_seen(node)
         if seen is None:
             return None
         T, S = seen.shape
@@ -611,7 +611,7 @@ class Flow:
         width = int(distance[seen & past].max()) + 1
         return width if torch.equal(seen[past], distance[past] < width) else None
 
-    def _seen(self, node: Node) -> torch.Tensor | None:
+    def keys_seen(self, node: Node) -> torch.Tensor | None:
         """The keys (T, S) each query of a softmax or an attention op sees in some sequence and head: a score above
         -1e3 (GPT-OSS's sink column left out); the op's mask (_attention_args), below the diagonal with is_causal."""
         scores = node.parents[0] if node.op in SOFTMAX and node.parents else None
@@ -666,7 +666,7 @@ def read(nodes: list, values: dict) -> Flow:
     found = [(a, node) for node in nodes if (a := _attention(node)) is not None]
     for a, node in found:
         a.window = flow.width(node)
-        seen = flow._seen(node)
+        seen = flow.keys_seen(node)
         a.causal_band = bool(a.window and seen is not None and not seen.triu(1).any())
         a.blind = seen is not None and not bool(seen.any())
         a.sinks = a.sinks or [SINK_AT_ZERO] * _sink_at_zero(node, values)

@@ -325,7 +325,7 @@ def hides_id(user, level: str, tables: list, pad: int) -> bool:
     p = PR.model_ids(LV.LEVELS[level].inputs, tables, 2)
     ids = {n: np.concatenate([v[:, :-1], np.full_like(v[:, -1:], pad)], 1) for n, v in p.ids.items()}
     flow = read_flow(user, level, lambda caller: dataclasses.replace(p, ids=ids), 16, call=None)[0]
-    seen = [] if flow is None else [s for n in flow.nodes if (s := flow._seen(n)) is not None]
+    seen = [] if flow is None else [s for n in flow.nodes if (s := flow.keys_seen(n)) is not None]
     return flow is None or any(not bool(s.any(0).all()) for s in seen)
 
 

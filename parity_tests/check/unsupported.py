@@ -91,7 +91,7 @@ def _terms(rec):
     (_read). A row constant (the max a softmax by hand subtracts, any (..., 1) term) is none: the normalisation along
     the keys cancels it; nor is the scores' own logsumexp subtracted (_normaliser: a softmax, over its axis)."""
     for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
-        seen = rec._seen(s)
+        seen = rec.keys_seen(s)
         for node in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []):
             if node.op in DF.MULS and _to_scores(node):
                 yield from ((node, p, None) for p in node.parents if not _to_scores(p))
@@ -106,7 +106,7 @@ def _terms(rec):
     for s in (n for n in rec.nodes if n.op == DF.SDPA and len(n.parents) > 3):  # a float attn_mask: added to scores
         value = rec.values.get(s.parents[3].index)
         if value is not None and value.is_floating_point():
-            yield s, s.parents[3], _read(rec, s.parents[3], 1.0, rec._seen(s))
+            yield s, s.parents[3], _read(rec, s.parents[3], 1.0, rec.keys_seen(s))
 
 
 def _normaliser(node, term) -> bool:
@@ -169,7 +169,7 @@ def _cross_mask(rec) -> tuple | None:
     the same for every query (a causal triangle over the memory): the reference masks a cross-attention's keys by
     the source's padding alone."""
     for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
-        seen, walked = rec._seen(s), DF.walk(s.parents[:1], _down)
+        seen, walked = rec.keys_seen(s), DF.walk(s.parents[:1], _down)
         scores = next((n for n in walked if n.op in DF.PRODUCTS and not DF.projection(n)), None)
         q, k = (_inputs(p) for p in scores.parents[:2]) if scores is not None else ([], [])
         if seen is None or seen.ndim != 2 or not _apart(q, k) or bool((seen == seen[:1]).all()):
@@ -767,7 +767,7 @@ def _chunked(rec) -> tuple | None:
     """A causal mask that also hides the keys of earlier chunks of c positions (query i reads key j <= i only where
     i // c == j // c: Llama 4's attention_chunk_size), block-diagonal, which no sliding window is."""
     for node in (n for n in rec.nodes if n.op in DF.SOFTMAX | DF.MHA | {DF.SDPA}):
-        seen = rec._seen(node)
+        seen = rec.keys_seen(node)
         if seen is None or seen.ndim != 2 or seen.shape[0] != seen.shape[1] or rec.width(node) is not None:
             continue
         i, j = torch.arange(seen.shape[0])[:, None], torch.arange(seen.shape[0])[None]
