@@ -154,10 +154,6 @@ class _Recorder(TorchFunctionMode):
             return _rows_read(args[1], args[0].shape)
         if name in MHA | {SDPA}:
             return _attention_args(name, args, kwargs)
-        if name in ("clamp", "clamp_max"):  # the upper bound
-            at = 2 if name == "clamp" else 1
-            bound = kwargs.get("max", args[at] if len(args) > at else None)
-            return float(bound) if isinstance(bound, (int, float)) else None
         if name == "baddbmm":  # how much of the tensor it adds (0: none, HF's scores on an empty tensor)
             return float(kwargs.get("beta", 1))
         if name in ADDS | MULS | DIVS and parents == 1:  # a number added (Gemma's 1 + weight), multiplied by
@@ -481,8 +477,8 @@ class Flow:
     def clamped(self, weight: str) -> float | None:
         """The bound the input of a product reading `weight` is clamped to on its way (GPT-OSS's clamped SwiGLU: its
         swiglu_limit, read from the op; inf where it bounds nothing above); None where it is not clamped."""
-        bounds = [n.value for n in _activations(self._products(weight)[0]) if n.op.startswith("clamp")]
-        return min((b for b in bounds if isinstance(b, float)), default=math.inf) if bounds else None
+        uppers = [bounds(n)[1] for n in _activations(self._products(weight)[0]) if n.op.startswith("clamp")]
+        return min(uppers) if uppers else None
 
     def picked_bias(self, weight: str) -> str | None:
         """The parameter whose picked rows are added to the products reading `weight` (a stacked expert's bias)."""
@@ -979,3 +975,14 @@ def _position_offset(values: np.ndarray) -> int | None:
         if w.shape[-1] > 2 and w.min() >= 0 and np.all(w == np.arange(w.shape[-1]) + w.flat[0]):
             return int(w.flat[0])
     return None
+
+
+def bounds(node: Node) -> tuple:
+    """(lower, upper) a clamp, clip or hardtanh call limits to; -inf / inf where it sets none (or a tensor)."""
+    _, args, kwargs = node.call or (None, (), {})
+    op = node.op.rstrip("_")
+    positional = {"clamp_min": ["min"], "clamp_max": ["max"]}.get(op, ["min", "max"])
+    named = dict(zip(positional, args[1:], strict=False))
+    named |= {k.removesuffix("_val"): v for k, v in kwargs.items()}  # hardtanh's min_val, max_val
+    one = lambda b: isinstance(b, (int, float)) or isinstance(b, torch.Tensor) and b.numel() == 1  # noqa: E731
+    return tuple(float(named[k]) if one(named.get(k)) else sign * math.inf for k, sign in (("min", -1), ("max", 1)))

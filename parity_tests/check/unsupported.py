@@ -581,22 +581,11 @@ def clamped_scores(rec) -> tuple | None:
     scores pass the bounds its attention differs, whether or not the probes' small scores reach them."""
     for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
         for node in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH | CLAMPS else []):
-            lo, hi = _bounds(node) if node.op in CLAMPS and _to_scores(node.parents[0]) else (math.inf, math.inf)
+            lo, hi = DF.bounds(node) if node.op in CLAMPS and _to_scores(node.parents[0]) else (math.inf, math.inf)
             if min(abs(lo), abs(hi)) < 1e30:
                 said = f"{node.op} limits the scores q k^T to [{lo:g}, {hi:g}] before the softmax (a clip: where a "
                 return node.module, said + "trained model's scores pass it, its attention differs)"
     return None
-
-
-def _bounds(node) -> tuple:
-    """(lower, upper) a clamp, clip or hardtanh call limits to; -inf / inf where it sets none (or a tensor)."""
-    _, args, kwargs = node.call or (None, (), {})
-    op = node.op.rstrip("_")
-    positional = {"clamp_min": ["min"], "clamp_max": ["max"]}.get(op, ["min", "max"])
-    named = dict(zip(positional, args[1:], strict=False))
-    named |= {k.removesuffix("_val"): v for k, v in kwargs.items()}  # hardtanh's min_val, max_val
-    one = lambda b: isinstance(b, (int, float)) or isinstance(b, torch.Tensor) and b.numel() == 1  # noqa: E731
-    return tuple(float(named[k]) if one(named.get(k)) else sign * math.inf for k, sign in (("min", -1), ("max", 1)))
 
 
 def _shifted(node) -> bool:
