@@ -373,8 +373,9 @@ def computed_weights(model) -> tuple:
 class _Computing(TorchFunctionMode):
     """Within one forward of a module: the tensors computed from its own parameters and buffers alone (an op whose
     tensor arguments are all such; `to` and `type_as` read their first only). The k-th operand of a product so
-    computed by an op other than a view, of 2+ axes, is the module's k-th computed weight: its parameter where
-    computed_weights registered one, else kept (its class's `seen`) and used as it is."""
+    computed by an op other than a view (or a cast of integers: `qweight.to(x.dtype)`), of 2+ axes, is the module's
+    k-th computed weight: its parameter where computed_weights registered one, else kept (its class's `seen`) and used
+    as it is; a scale multiplying the product after it is folded into that weight (_scaled)."""
 
     def __init__(self, module: nn.Module):
         super().__init__()
