@@ -4,12 +4,10 @@ values for the float64 comparison, and a note says so."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
-from numpy_transformer.attention import rope_frequencies
+from numpy_transformer.attention import rope_frequencies, yarn_mscale
 from transformer_spec.config import RopeScaling
 from transformer_spec.families.rope import read_scaling
 
@@ -266,13 +264,11 @@ def yarn_scale(module, Dh: int, factors: list) -> float | None:
     common = max(factors, key=factors.count, default=None)
     if common is None or 2 * factors.count(common) <= len(factors):
         return None
-    for _, mod in module.named_modules():
-        rope = getattr(getattr(mod, "config", None), "rope_parameters", None) or {}
-        factor, dim = rope.get("factor") or 1.0, rope.get("mscale_all_dim")
-        if rope.get("rope_type") == "yarn" and dim and factor > 1:
-            scale = Dh**-0.5 * (0.1 * dim * math.log(factor) + 1) ** 2
-            return scale if abs(common / scale - 1) < 1e-6 else None
-    return None
+    s = (stated_scaling(module) or (None, None))[1]
+    if s is None or s.rope_type != "yarn" or not s.mscale_all_dim or (s.factor or 1.0) <= 1:
+        return None
+    scale = Dh**-0.5 * yarn_mscale(s.factor or 1.0, s.mscale_all_dim) ** 2
+    return scale if abs(common / scale - 1) < 1e-6 else None
 
 
 def stated_scaling(module) -> tuple[float, RopeScaling] | None:
