@@ -59,9 +59,9 @@ First met: 2 of 19 right (the nnsight-wrapped GPT-2 and its mistake). Wrong:
   (its scale and shift live, exactly, in the weights that read it), and the words leave out the centring.
 - tl_hooked.caching_hooks, its IGNORE mistake and tl_hooked.head_2_ablated_by_hook_second_block: "could not
   judge: the module's forward could not be recorded ... (its forward raised TypeError: cannot create weak reference to
-  'dict' object)": the forward runs; the judge's copy (running.copy_module rebinding closures in every attribute,
-  the modules' hook OrderedDicts among them, it seems) leaves dicts a hook handle cannot refer to, and
-  dataflow.hooked's own register_forward_hook then fails.
+  'dict' object)": the forward runs; the judge's copy (running.copy_module) rebinds closures in every attribute, and
+  running._rebind rebuilds a module's `_forward_hooks` OrderedDict (it holds the user's hook) as a plain dict, which
+  a hook handle cannot refer to weakly: dataflow.hooked's own register_forward_hook then raises (measured).
 - tl_hooked.w_o_heads_transposed_second_block: "could not judge: blocks.1.attn.W_O acts as a projection in
   blocks.1.attn but is not a linear weight the judge reads (... a 3-D one einsum or @ reads as stored); pass mapping="
   (the weight read in another order of its first two axes is still the out projection's entries).
