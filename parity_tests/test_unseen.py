@@ -45,6 +45,7 @@ from parity_tests.corpus import (
     fresh25,
     fresh26,
     fresh27,
+    fresh29,
     frontier,
     lacking,
     unseen,
@@ -53,9 +54,20 @@ from parity_tests.corpus import (
 CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
 CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, fresh18, fresh19, fresh20, fresh21, fresh22, fresh23)
 CORPORA += (fresh24, fresh25, fresh26, fresh27, lacking)
+CORPORA += (fresh29,)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
+TODAY |= {  # fresh29
+    "lit_groups": "unexplained at transformer.h.0.attn: LitGPT's partial rotary (rope_n_elem) not read",
+    "lit_groups.qkv_split_flat_second_block": "unexplained at transformer.h.0.attn: partial rotary not read",
+    "lit_groups.kv_repeat_tiled_second_block": "unexplained at transformer.h.0.attn: partial rotary not read",
+    "labml_encoder": "attention.q_k_swapped at encoder.layers.0.self_attn: the ijbh scores read as K Q^T",
+    "labml_encoder.mask_over_keys_axis_second_layer": "attention.q_k_swapped at encoder.layers.0.self_attn",
+    "labml_attention": "could not judge: asks for n_heads=, the keyword-only forward never recorded (call= needed)",
+    "labml_attention.example": "could not judge: its forward raised AssertionError on the judge's masks",
+    "xformers_function": "unexplained at (the module): the example's BMHK layout not read",
+}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -170,6 +182,10 @@ SLOW |= {c[0] for c in fresh5.CASES} - {  # fresh5's default-run cases: one for 
     "time_first_encoder", "cohere_lm", "gptj.keys_one_position_ahead_second_block", "megatron_lm", "layer_scale_lm",
     "neox_lm.glu", "time_first_lm", "functional_rms_llama.linear_rope_scaling", "palm", "palm.not_causal_second_block",
     "gpt2_padding_mask.scaled_by_inverse_layer",
+}  # fmt: skip
+SLOW |= {c[0] for c in fresh29.CASES} - {  # fresh29: a case of each class (and each cause in TODAY) by default
+    "onmt_nmt.key_padding_on_queries_second_encoder_layer", "espnet_stack.keep_mask_inverted_second_layer",
+    "xformers_gpt", "labml_attention", "labml_attention.example", "xformers_function",
 }  # fmt: skip
 
 
