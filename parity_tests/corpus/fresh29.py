@@ -64,8 +64,9 @@ First met: 11 of 19 right. Wrong:
   width the same float32 tables pass); with float64 tables and rotary_dim=4 it passes.
 - labml_encoder and its mistake: attention.q_k_swapped at encoder.layers.0.self_attn (variant error 6.7e-16): the
   map puts `key.linear` on q_proj and `query.linear` on k_proj; the scores einsum("ibhd,jbhd->ijbh") with the
-  softmax over dim 1 (the keys, sequence-first) are read as K Q^T. The model equals a plain attention to 1.7e-16; given the map with q and k the right way
-  round (mapping=), the encoder passes and its mistake is attention.padding_on_queries at the second layer.
+  softmax over dim 1 (the keys, sequence-first) are read as K Q^T. The model equals a plain attention to 1.7e-16;
+  given the map with q and k the right way round (mapping=), the encoder passes and its mistake is
+  attention.padding_on_queries at the second layer.
 - labml_attention: "could not judge: the number of heads cannot be read from the recorded forward: pass n_heads=",
   though the heads are in PrepareForMultiHeadAttention's view: the keyword-only forward was never recorded, and
   with n_heads=4 given the judge says that, "pass call= ... or mapping=" (the answer expected here at once).
