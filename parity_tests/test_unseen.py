@@ -187,7 +187,7 @@ SLOW |= {c[0] for c in fresh5.CASES} - {  # fresh5's default-run cases: one for 
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh30.CASES} - {  # fresh30: a case of each class (and each cause in TODAY) by default
     "int4_llama", "int8_gpt.scaled_by_head_dim_second_block", "int8_gpt.activations_rounded_second_block",
-    "trained_weight_norm_gpt.softmax_over_queries_second_block", "dora_gpt", "logscale_llama",
+    "nf4_llama", "dora_gpt", "logscale_llama",
 }  # fmt: skip
 
 
