@@ -47,6 +47,7 @@ from parity_tests.corpus import (
     fresh27,
     fresh28,
     fresh29,
+    fresh30,
     fresh31,
     fresh32,
     fresh33,
@@ -58,7 +59,7 @@ from parity_tests.corpus import (
 CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
 CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, fresh18, fresh19, fresh20, fresh21, fresh22, fresh23)
 CORPORA += (fresh24, fresh25, fresh26, fresh27, lacking)
-CORPORA += (fresh28, fresh29, fresh31, fresh32, fresh33)
+CORPORA += (fresh28, fresh29, fresh30, fresh31, fresh32, fresh33)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
@@ -119,6 +120,18 @@ TODAY |= {  # fresh29
     "labml_attention": "could not judge: asks for n_heads=, the keyword-only forward never recorded (call= needed)",
     "labml_attention.example": "could not judge: its forward raised AssertionError on the judge's masks",
     "xformers_function": "unexplained at (the module): the example's BMHK layout not read",
+}
+TODAY |= {  # fresh30: weights used through a transform
+    "int4_llama": "could not judge: float != c10::Half (the computed weight registered in the scales' float16)",
+    "int4_llama.kv_heads_tiled_second_layer": "could not judge: float != c10::Half (the scales' float16)",
+    "int4_llama.rms_eps_outside_root_second_layer": "could not judge: float != c10::Half (the scales' float16)",
+    "qlora_llama": "could not judge: float != c10::Half (the int4 base's float16 scales)",
+    "qlora_llama.rope_on_values_second_layer": "could not judge: float != c10::Half (the int4 base's scales)",
+    "dora_gpt": "differs at h.0.attn: queries, keys and values are no projection's output (DoRA's weight unread)",
+    "dora_gpt.not_causal_second_block": "differs at h.0.attn: queries ... no projection's output (DoRA's weight)",
+    "logscale_llama": "differs at layers.0.input_layernorm: normalises without a weight (exp(log_w) unread)",
+    "logscale_llama.eps_outside_root_second_layer": "differs at layers.0.input_layernorm: without a weight",
+    "int8_gpt.activations_rounded_second_block": "unexplained: h.1.mlp diverges; no id, the rounding not named",
 }
 
 
@@ -263,8 +276,16 @@ SLOW |= {c[0] for c in fresh33.CASES} - {  # fresh33: a case of each class (and 
     "mistral_small3.scaled_by_d_model_over_heads_second_layer",
 }
 SLOW |= {c[0] for c in fresh29.CASES} - {  # fresh29: a case of each class (and each cause in TODAY) by default
-    "onmt_nmt.key_padding_on_queries_second_encoder_layer", "espnet_stack.keep_mask_inverted_second_layer",
-    "xformers_gpt", "labml_attention", "labml_attention.example", "xformers_function",
+    "onmt_nmt.key_padding_on_queries_second_encoder_layer",
+    "espnet_stack.keep_mask_inverted_second_layer",
+    "xformers_gpt",
+    "labml_attention",
+    "labml_attention.example",
+    "xformers_function",
+}
+SLOW |= {c[0] for c in fresh30.CASES} - {  # fresh30: a case of each class (and each cause in TODAY) by default
+    "int4_llama", "int8_gpt.scaled_by_head_dim_second_block", "int8_gpt.activations_rounded_second_block",
+    "nf4_llama", "dora_gpt", "logscale_llama",
 }  # fmt: skip
 
 
