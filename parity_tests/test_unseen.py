@@ -67,7 +67,7 @@ TODAY |= {  # fresh34: what the judge said when it first met each case it gets w
     "keras_gpt.look_ahead_mask_second_block": "unexplained: the (N, key_dim) q/k/v biases unread",
     "eqx_vmap_lm.softmax_axis_0_second_block": "could not judge: a hooked output captured inside torch.vmap escaped",
     "eqx_vmap_lm.mask_of_ids_shape": "could not judge: a hooked output captured inside torch.vmap escaped",
-    "tinygrad_gpt": "could not judge: the hand layer norm's bias h.0.ln_1_b linked to output_proj.bias",
+    "tinygrad_gpt": "could not judge: the hand norm on loose ln_1_w / ln_1_b unread, ln_1_b linked to output_proj.bias",
     "tinygrad_gpt.wo_read_transposed_second_block": "could not judge: h.0.ln_1_b linked to output_proj.bias",
     "tinygrad_gpt.softmax_without_max_second_block": "could not judge: h.0.ln_1_b linked to output_proj.bias",
     "tf_encoder": "differs at enc_layers.0: q, k, v 'no projection's output' (torch.tensordot not read as one)",
