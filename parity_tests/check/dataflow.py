@@ -402,8 +402,9 @@ EQUATION = r"\s*(\w+)\s*,\s*(\w+)\s*->\s*(\w+)\s*"  # a two-operand einsum's
 def _keys_axis(softmax: Node, fed: Node | None) -> int | None:
     """The scores' axis holding the keys where an einsum says it: the axis the softmax normalises, if the einsum the
     probabilities feed sums it away (labml's "ijbh,jbhd->ibhd", softmax over j), else None."""
-    dim, match = softmax.value, re.fullmatch(EQUATION, fed.extra) if fed is not None else None
-    if not isinstance(dim, int) or match is None:
+    dim = softmax.value
+    match = re.fullmatch(EQUATION, fed.extra) if fed is not None and isinstance(dim, int) else None
+    if fed is None or match is None or not isinstance(dim, int):
         return None
     held = [i for i, p in enumerate(fed.parents[:2]) if softmax in walk([p], _behind)]
     letters = match.group(held[0] + 1) if len(held) == 1 else ""
