@@ -112,16 +112,6 @@ TODAY |= {  # fresh33: what the judge says when it first meets them
     "apertus_xielu": "no pair at mlp.act_fn said as a clamp limiting up_proj's outputs, not the expm1 branch",
     "mistral_small3.scaled_by_d_model_over_heads_second_layer": "unexplained: sqrt(D / H) with Dh != D / H no divisor",
 }
-TODAY |= {  # fresh29
-    "lit_groups": "unexplained at transformer.h.0.attn: LitGPT's partial rotary (rope_n_elem) not read",
-    "lit_groups.qkv_split_flat_second_block": "unexplained at transformer.h.0.attn: partial rotary not read",
-    "lit_groups.kv_repeat_tiled_second_block": "unexplained at transformer.h.0.attn: partial rotary not read",
-    "labml_encoder": "attention.q_k_swapped at encoder.layers.0.self_attn: the ijbh scores read as K Q^T",
-    "labml_encoder.mask_over_keys_axis_second_layer": "attention.q_k_swapped at encoder.layers.0.self_attn",
-    "labml_attention": "could not judge: asks for n_heads=, the keyword-only forward never recorded (call= needed)",
-    "labml_attention.example": "could not judge: its forward raised AssertionError on the judge's masks",
-    "xformers_function": "unexplained at (the module): the example's BMHK layout not read",
-}
 TODAY |= {  # fresh30: weights used through a transform
     "int4_llama": "could not judge: float != c10::Half (the computed weight registered in the scales' float16)",
     "int4_llama.kv_heads_tiled_second_layer": "could not judge: float != c10::Half (the scales' float16)",

@@ -12,6 +12,7 @@ integers), "additive" (0 where allowed, -1e9 where masked, added to the scores).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import itertools
@@ -50,6 +51,7 @@ class Caller:
     time_first_output: bool = False  # a batch-first call whose output came back (T, B, ...): read turned
     positions: tuple = ()  # required arguments named for positions (position_ids): given 0 .. T - 1, (B, T)
     batch: bool = False  # the keyword arguments passed as one dict, forward(batch) reading batch["input_ids"]
+    bmhk: bool = False  # heads split as (B, T, H, Dh), the sequence before the heads (xformers'), in and out
 
     def conventions(self) -> dict:
         out: dict = {"batch_first": self.batch_first}
@@ -70,6 +72,7 @@ class Caller:
         if self.batch:
             keys = ", ".join(f"{k!r}: ..." for k in (*self.keywords, *self.masks, *self.positions))
             out["call"] = f"one dict, forward({{{keys}}})"
+        out |= {"layout": "(batch, seq, heads, head_dim): the sequence before the heads (BMHK)"} if self.bmhk else {}
         if self.call is not None or self.template is not None:  # exclusive: call= or example=
             out["call"] = "the call= adapter" if self.call is not None else "as the example calls it"
         return out
@@ -81,6 +84,7 @@ class Caller:
         if self.call is not None:  # the data in the reference's order: call(module, src, tgt), call(module, ids), ...
             return first_tensor(self.call(module, *[tensors[n] for n in self.order]))
         data = {n: tensors[n] if self.batch_first else tensors[n].transpose(0, 1) for n in self.order}
+        data = {n: t.transpose(1, 2) for n, t in data.items()} if self.bmhk else data
         device = next(iter(data.values())).device
         values = {"data": data.__getitem__, "fixed": lambda v: v, "made": lambda f: f(dtype, device)}
         values["mask"] = lambda n: user_mask(probe, *self.masks[n], dtype, device)
@@ -97,6 +101,7 @@ class Caller:
         kwargs = {n: values[k](v) for n, (k, v) in kwargs.items()}
         out = first_tensor(module(kwargs) if self.batch else module(*[values[k](v) for k, v in args], **kwargs))
         out = out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
+        out = out.transpose(1, 2) if self.bmhk and out.ndim == 4 else out
         turned = next((t for n in self.order if (t := batch_first(out, tensors[n].shape[:2])) is not out), out)
         self.time_first_output = self.time_first_output or turned is not out
         return turned
@@ -137,8 +142,10 @@ def as_numpy(out) -> np.ndarray:
 def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
     """The reference's mask for one role as the user's `kind` and `shape` say: "src" the keys' padding, "tgt" the
     causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch axis)."""
-    if role == "src":  # (B, T) with as many axes of size 1 between as the shape says
-        keep = probe.src_keep.reshape(len(probe.src_keep), *(1,) * (shape.count(",") - 1), -1)
+    if role == "src":  # (B, T) with as many axes of size 1 as the shape says, in its order ((1, T, B): labml's)
+        axes = shape.strip("()").split(", ")
+        keep = probe.src_keep if axes.index("B") < axes.index("T") else probe.src_keep.T
+        keep = keep.reshape([dict(zip("BT", probe.src_keep.shape, strict=True)).get(a, 1) for a in axes])
     else:
         T = probe.tgt_keep.shape[1] if probe.tgt_keep is not None else next(iter(probe.floats.values())).shape[1]
         keep = np.tril(np.ones((T, T), dtype=bool))
@@ -208,8 +215,8 @@ def _orders(entry, level: str, data_params: list) -> list:
         return [("query",)]
     if len(data_params) < len(data):
         raise TypeError(
-            f"the module's forward takes {data_params} (without defaults), but the reference {level!r} gives "
-            f"{list(data)}: pass call=lambda module, ... to adapt it"
+            f"the module's forward takes {data_params} positionally (without defaults), but the reference {level!r} "
+            f"gives {list(data)}: pass call=lambda module, ... to adapt it"
         )
     orders = [data]
     if len(data) == 3:
@@ -367,8 +374,10 @@ def _data(slots: list, level: str) -> list:
     return data
 
 
-def _mask_of(value: torch.Tensor, name: str, roles: tuple) -> tuple:
-    """(role, kinds in the order tried, shape) of an example's mask, read from its dtype, rank and values."""
+def _mask_of(value: torch.Tensor, name: str, roles: tuple, B: int, T: int) -> tuple:
+    """(role, kinds in the order tried, shape) of an example's mask, read from its dtype, rank and values; a padding
+    mask's shape by rank, or its axes named by their sizes where they read otherwise (`B` the example's batch, `T`
+    its keys: labml's (1, T, B))."""
     v = value.detach().cpu()
     square = v.ndim >= 2 and v.shape[-1] == v.shape[-2] > 1
     tril = torch.ones(v.shape[-2:], dtype=torch.bool).tril() if square else None
@@ -383,6 +392,9 @@ def _mask_of(value: torch.Tensor, name: str, roles: tuple) -> tuple:
     else:
         kinds = ["additive" if v.is_floating_point() else "int_keep"]
     shape = (CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES)[{2: 2, 3: 1}.get(v.ndim, 0)]  # by rank: 4, 3, 2
+    axes = ["B" if n == B else "T" if n == T else "1" if n == 1 else "?" for n in v.shape]
+    if role == "src" and 1 < B != T > 1 and sorted(axes) == sorted(shape.strip("()").split(", ")):
+        shape = f"({', '.join(axes)})"
     return role, kinds, shape
 
 
@@ -393,28 +405,57 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
     data = _data(slots, level)
     names = ("query",) if len(data) < len(entry.inputs) else entry.inputs
     kept = {s[0]: ("data", n) for s, n in zip(data, names, strict=False)}  # place -> slot; the rest _extra's
-    masks = {}  # name -> (role, kinds, shape)
-    for place, name, value in slots:
-        is_mask = isinstance(value, torch.Tensor) and ("mask" in name.lower() or value.dtype == torch.bool)
-        if place not in kept and is_mask:
-            masks[name], kept[place] = _mask_of(value, name, entry.masks), ("mask", name)
+    masks = [  # (place, name, value) of each
+        (place, name, value)
+        for place, name, value in slots
+        if place not in kept
+        and isinstance(value, torch.Tensor)
+        and ("mask" in name.lower() or value.dtype == torch.bool)
+    ]
+    kept |= {place: ("mask", name) for place, name, _ in masks}
     B = sizes(module, level, example, batch_first).B
     args, kwargs = example
     tmpl = (
         tuple(kept.get(i) or _extra(v, data, B) for i, v in enumerate(args)),
         {k: kept.get(k) or _extra(v, data, B) for k, v in kwargs.items()},
     )
-    self_attention = names == ("query",)
-    causal_given = any(m[0] == "tgt" for m in masks.values())
-    options = list(itertools.product(*[[(n, (m[0], kind, m[2])) for kind in m[1]] for n, m in masks.items()]))
-    causals = [causal_given] if causal_given or not self_attention else [False, True]
+    self_attention, bmhk = names == ("query",), _bmhk(module, example, data, entry)
     layouts = [True] if not entry.sequence_first else [batch_first] if batch_first is not None else [True, False]
-    return [
-        Caller(bf, names, dict(m), self_attention, causal=c and self_attention, template=tmpl)
-        for bf in layouts
-        for m in options
-        for c in causals
-    ]
+    found = []
+    for bf in layouts:  # the example's batch and keys as the layout reads them
+        sizes_at = (data[0][2].shape[1 - bf], data[-1][2].shape[int(bf)]) if data[0][2].ndim > 1 else (0, 0)
+        read = {name: _mask_of(value, name, entry.masks, *sizes_at) for _, name, value in masks}
+        causal_given = any(m[0] == "tgt" for m in read.values())
+        options = itertools.product(*[[(n, (m[0], kind, m[2])) for kind in m[1]] for n, m in read.items()])
+        causals = [causal_given] if causal_given or not self_attention else [False, True]
+        found += [
+            Caller(bf, names, dict(m), self_attention, causal=c and self_attention, template=tmpl, bmhk=bmhk)
+            for m in options
+            for c in causals
+        ]
+    return found
+
+
+def _bmhk(module, example, data: list, entry) -> bool:
+    """Whether the example's heads are (B, T, H, Dh) (xformers' BMHK), read from one more call: its values changed at
+    index 0 of axis 1 change the output past index 0 there (a position's values reach the other queries), where in
+    (B, H, T, Dh) they stay in head 0."""
+    if entry.unit != "heads" or any(d[2].ndim != 4 or not d[2].is_floating_point() for d in data):
+        return False
+    place, _, value = data[-1]
+    args, kwargs = list(example[0]), dict(example[1])
+    changed = value.detach().clone()
+    changed[:, 0] += 1
+    (args.__setitem__ if isinstance(place, int) else kwargs.__setitem__)(place, changed)
+    module = copy.deepcopy(module).eval() if isinstance(module, nn.Module) else module
+    try:
+        with torch.no_grad():
+            before, again = (first_tensor(module(*example[0], **example[1])) for _ in range(2))
+            after = first_tensor(module(*args, **kwargs))
+    except Exception:  # a call the check proper makes, and reports
+        return False
+    same = before.shape == after.shape and before.ndim == 4 and torch.equal(before, again)  # no dropout drawn
+    return same and bool((before[:, 1:] != after[:, 1:]).any())
 
 
 def _extra(value, data, probe_B: int) -> tuple:

@@ -154,6 +154,8 @@ class _Recorder(TorchFunctionMode):
             return _rows_read(args[1], args[0].shape)
         if name in MHA | {SDPA}:
             return _attention_args(name, args, kwargs)
+        if name in ("softmax", "_softmax"):  # the axis it normalises
+            return kwargs.get("dim", args[1] if len(args) > 1 else None)
         if name == "baddbmm":  # how much of the tensor it adds (0: none, HF's scores on an empty tensor)
             return float(kwargs.get("beta", 1))
         if name in ADDS | MULS | DIVS and parents == 1:  # a number added (Gemma's 1 + weight), multiplied by
@@ -394,13 +396,34 @@ def _forward(start: Node) -> list:
     return [n for n in walk(start.children, lambda n: [] if n.op in stops else n.children) if n.op in stops]
 
 
-def _query_first(product: Node) -> list:
-    """A scores product's two operands, the query's first (an einsum's: the one holding the rows' index; a
-    baddbmm's the two after the tensor it adds, BLOOM's ALiBi, where that tensor was recorded)."""
+EQUATION = r"\s*(\w+)\s*,\s*(\w+)\s*->\s*(\w+)\s*"  # a two-operand einsum's
+
+
+def _keys_axis(softmax: Node, fed: Node | None) -> int | None:
+    """The scores' axis holding the keys where an einsum says it: the axis the softmax normalises, if the einsum the
+    probabilities feed sums it away (labml's "ijbh,jbhd->ibhd", softmax over j), else None."""
+    dim = softmax.value
+    match = re.fullmatch(EQUATION, fed.extra) if fed is not None and isinstance(dim, int) else None
+    if fed is None or match is None or not isinstance(dim, int):
+        return None
+    held = [i for i, p in enumerate(fed.parents[:2]) if softmax in walk([p], _behind)]
+    letters = match.group(held[0] + 1) if len(held) == 1 else ""
+    if len(letters) != len(softmax.shape) or not -len(letters) <= dim < len(letters):
+        return None
+    return dim % len(letters) if letters[dim] not in match.group(3) else None
+
+
+def _query_first(product: Node, keys: int | None = None) -> list:
+    """A scores product's two operands, the query's first (an einsum's: the one without the index at the scores'
+    `keys` axis (_keys_axis), or holding the second to last, the rows'; a baddbmm's the two after the tensor it
+    adds, BLOOM's ALiBi, where that tensor was recorded)."""
     operands = [p for p in product.parents if p.param is None]
     operands = operands[int(product.op in ("baddbmm", "addmm") and len(operands) > 2) :]  # a zeros made unrecorded
     a, b = operands[:2] if len(operands) >= 2 else (None, None)
-    match = re.fullmatch(r"\s*(\w+)\s*,\s*(\w+)\s*->\s*(\w+)\s*", product.extra or "")
+    match = re.fullmatch(EQUATION, product.extra or "")
+    if match and keys is not None and keys < len(match.group(3)):
+        key = match.group(3)[keys]
+        return [b, a] if key in match.group(1) and key not in match.group(2) else [a, b]
     if match and len(match.group(3)) >= 2 and match.group(3)[-2] in match.group(2):
         return [b, a]
     return [a, b]
@@ -806,8 +829,9 @@ def _attention(node: Node) -> Attention | None:
     elif node.op in SOFTMAX and node.parents:
         # the scores: the nearest product behind the softmax, one without parameters; q and k its operands
         scores = next((n for n in walk([node.parents[0]], _behind) if n.op in PRODUCTS), None)
-        q, k = _query_first(scores) if scores is not None and not projection(scores) else (None, None)
         fed = next(iter(_forward(node)), None)  # the product the probabilities feed
+        keys = _keys_axis(node, fed)
+        q, k = _query_first(scores, keys) if scores is not None and not projection(scores) else (None, None)
         # v: its operand not computed from the probabilities (dropped out or masked) through element-wise ops
         v = next((p for p in fed.parents if p.param is None and node not in walk([p], _behind)), None) if fed else None
         if q is None or k is None or v is None:

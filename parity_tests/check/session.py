@@ -338,8 +338,9 @@ def _repeated(flow: DF.Flow) -> bool:
 
 def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions) -> tuple:
     """(the Flow of a copy's forward under the first caller (of `limit`) that runs, ""), else (None, what the last one
-    raised). Gradients stay on: torch's fused inference paths hide the ops. A bfloat16 or float16 model is recorded
-    in float64, as the judge runs it (unsupported.py tells functions apart at float64's precision)."""
+    raised, or why no caller is made). Gradients stay on: torch's fused inference paths hide the ops. A bfloat16 or
+    float16 model is recorded in float64, as the judge runs it (unsupported.py tells functions apart at float64's
+    precision)."""
     model = copy_module(user).eval()
     weight = next(model.parameters(), None)
     if weight is None:
@@ -348,8 +349,8 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
         weight = next(model.to(torch.float64).parameters())
     try:
         callers = C.callers(model, level, **conventions)[:limit]
-    except (TypeError, ValueError):  # a forward that cannot take the level's inputs: the check proper says so
-        return None, ""
+    except (TypeError, ValueError) as error:  # a forward that cannot take the level's inputs (keyword-only ones)
+        return None, str(error)
     raised = ""
     for caller in callers:
         probe = probe_of(caller)
@@ -357,7 +358,7 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
         try:  # only a run that completes is read: a convention the model does not take leaves half a graph
             return DF.record(lambda: caller(model, tensors, probe, weight.dtype), model), ""  # noqa: B023
         except Exception as error:  # a convention the module does not take; the check proper reports it
-            raised = f"{type(error).__name__}: {str(error)[:200]}"
+            raised = f"its forward raised {type(error).__name__}: {str(error)[:200]}"
     return None, raised
 
 

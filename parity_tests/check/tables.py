@@ -327,27 +327,26 @@ def rope(
     thetas = list(dict.fromkeys(found + [10000.0]))
     overwrite: dict = {}
     bases: list = []
+    widths = {_squeezed(t).shape[-1] for _, t in kept if _sin_cos_table(t)} | {R for _, R in read}
     for name, buf in kept:
         value = _squeezed(buf)
-        width = value.shape[-1] if _sin_cos_table(buf) else Dh  # GPT-J's rotates its first value.shape[-1] features
-        width = 2 * value.size if value.ndim == 1 and 2 <= value.size < Dh // 2 else width  # a rotary part's inv_freq
-        if Dh % 2 or buf.numel() < width // 2:
-            continue
         rows = value.shape[0] if value.ndim >= 2 else 1
-        tables = ((t, rope_tables(t, width, rows, scaling)) for t in thetas)
-        tried = ((t, what, table, tol) for t, at in tables for what, (table, tol) in at.items())
-        match = next(((t, what, table) for t, what, table, tol in tried if _within(value, table, tol)), None)
+        # a rotary part's tables: GPT-J's sin and cos, an inv_freq, LitGPT's cos and sin of its first R features
+        at = (R for R in dict.fromkeys((Dh, value.shape[-1], 2 * value.shape[-1])) if 2 <= R <= Dh and R % 2 == 0)
+        tables = ((R, t, rope_tables(t, R, rows, scaling)) for R in at for t in thetas)
+        tried = ((R, t, what, table, tol) for R, t, at in tables for what, (table, tol) in at.items())
+        match = next(((R, t, what, table) for R, t, what, table, tol in tried if _within(value, table, tol)), None)
         if match is not None:
-            theta, what, overwrite[name] = match
+            width, theta, what, overwrite[name] = match
+            widths |= {width} if width < Dh and value.ndim >= 2 else set()
             bases.append(theta)
             notes.append(
-                f"{name}: {what} (base {theta:g}) to float32 precision; overwritten with the "
-                f"{overwrite[name].dtype} values for the float64 comparison"
+                f"{name}: {what} (base {theta:g}{f', Dh read as the {width} rotary features' * (width < Dh)}) to "
+                f"float32 precision; overwritten with the {overwrite[name].dtype} values for the float64 comparison"
             )
     rotary = 2 * min(lengths) if len(lengths) == 1 and 0 < 2 * min(lengths) < Dh else None
-    widths = {_squeezed(t).shape[-1] for _, t in kept if _sin_cos_table(t)} | {R for _, R in read}
     if rotary is None and len(widths) == 1 and widths != {Dh}:
-        rotary = widths.pop()  # GPT-J's embed_positions (T, rotary_dim), Phi-2's tables of its rotary features
+        rotary = widths.pop()  # GPT-J's embed_positions (T, rotary_dim), Phi-2's or LitGPT's tables of its rotary part
     bases = [b for b in [relabel_base] if b is not None] + bases[:1]
     return overwrite | relabel64, list(dict.fromkeys(bases + thetas)), relabel_width or rotary, orders
 

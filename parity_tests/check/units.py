@@ -100,7 +100,7 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
     H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or (flow.heads(D) if flow is not None else None)
-    if H is None and entry.heads and not found.unrecorded:  # unrecorded: _units says what the forward raised
+    if H is None and entry.heads and not found.unrecorded:  # unrecorded: _units says why
         raise ValueError(
             f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
         )
@@ -135,7 +135,7 @@ def _units(entry, found, units: Units) -> None:
         raise ValueError(
             f"the module's forward could not be recorded on the inputs of {entry.name!r}, so the roles of its "
             f"projections cannot be read from the computation: {listed}"
-            + (f" (its forward raised {found.unrecorded})" if found.unrecorded else "")
+            + (f" ({found.unrecorded})" if found.unrecorded else "")
             + "; pass call= (how to call it) or mapping= (the weight map)"
         )
     if flow is not None:

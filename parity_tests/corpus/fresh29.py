@@ -76,6 +76,14 @@ First met: 11 of 19 right. Wrong:
   error 1.89e+00)": the (batch, seq, heads, head_dim) layout of the example is not read (without the example:
   could not judge, its calls raising on the shapes).
 
+Fixed since: a RoPE table a module keeps narrower than its heads is read at its own width (twice it) too, so
+LitGPT's float32 cos/sin of its `rope_n_elem` features give the rotary width and are overwritten in float64; an
+einsum's scores take the key from the axis the softmax normalises where the values' product sums it away (labml's
+"ijbh" over j); a forward no caller can take (keyword-only) is said so, with call=, before any n_heads=; an
+example's padding mask is built in its own axes' order ((1, T, B)); and an example's 4-D heads are read as (batch,
+seq, heads, head_dim) where changing axis 1's first index changes the output past it (a position reaching the
+other queries), in and out.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
