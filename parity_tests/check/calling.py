@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -377,13 +378,27 @@ def _mask_of(value: torch.Tensor, name: str, roles: tuple) -> tuple:
     named = "tgt" in roles and any(w in name.lower() for w in TARGET_WORDS)
     role = "tgt" if causal or named or roles == ("tgt",) else "src"
     if v.dtype == torch.bool:
-        keeps = bool((v == tril).all()) if causal else v.float().mean() >= 0.5
+        d = v.diagonal(dim1=-2, dim2=-1) if square else None  # a query reads itself: its diagonal tells
+        keeps = bool(d.all()) if d is not None and (d.all() or not d.any()) else v.float().mean() >= 0.5
         kinds = ["bool_keep", "bool_masked"][:: 1 if keeps else -1]
         kinds = kinds if v.all() or not v.any() else kinds[:1]  # every position the same: the polarity not shown
     else:
         kinds = ["additive" if v.is_floating_point() else "int_keep"]
     shape = (CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES)[{2: 2, 3: 1}.get(v.ndim, 0)]  # by rank: 4, 3, 2
     return role, kinds, shape
+
+
+def _own_pattern(value: torch.Tensor) -> bool:
+    """Whether an example's (T, T) mask (no batch axis) is a pattern no mask the judge makes is: not every key read,
+    not the causal triangle nor a causal band (a sliding window), the keys read told by its diagonal (a query reads
+    itself): a speculative tree's ancestors. Passed as given, so that what it computes is judged."""
+    v = value.detach().cpu()
+    if v.dtype != torch.bool or v.ndim < 2 or math.prod(v.shape[:-2]) != 1 or v.shape[-1] != v.shape[-2]:
+        return False
+    keep = v.reshape(v.shape[-2:])
+    keep = keep if bool(keep.diagonal().all()) else ~keep
+    i, j = torch.arange(len(keep))[:, None], torch.arange(len(keep))[None]
+    return not any(torch.equal(keep, (j <= i) & (i - j < w)) for w in range(1, len(keep) + 1)) and not keep.all()
 
 
 def example_callers(module, level: str, example, batch_first=None) -> list:
@@ -396,7 +411,7 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
     masks = {}  # name -> (role, kinds, shape)
     for place, name, value in slots:
         is_mask = isinstance(value, torch.Tensor) and ("mask" in name.lower() or value.dtype == torch.bool)
-        if place not in kept and is_mask:
+        if place not in kept and is_mask and not _own_pattern(value):
             masks[name], kept[place] = _mask_of(value, name, entry.masks), ("mask", name)
     B = sizes(module, level, example, batch_first).B
     args, kwargs = example
