@@ -803,6 +803,34 @@ def _pattern(rec) -> tuple | None:
     return None
 
 
+def _read_back(rec) -> tuple | None:
+    """A projection's output written into a buffer by index (t[i] = x: a cache's slots) and read back (by index and
+    views) at its own shape, holding other positions than it wrote (a paged cache's blocks gathered in another order
+    than its block table's): said with the positions each sequence reads."""
+    for w in (n for n in rec.nodes if n.op == "__setitem__" and len(n.parents) > 1):
+        written = DF.root(w.parents[-1])
+        x, role = rec.values.get(written.index), rec.roles.get(next(iter(DF.back(written)[0]), ""))
+        reads = DF.walk(w.children, lambda n: n.children if n.op in DF.VIEWS | {"__setitem__"} else [])
+        for y in (rec.values.get(r.index) for r in reads if r.op == "__getitem__"):
+            if x is not None and role and y is not None and y.shape == x.shape and x.ndim > 2 and not torch.equal(x, y):
+                what = {"q": "queries", "k": "keys", "v": "values"}.get(role, f"outputs of {role}")
+                return w.module, f"the {what} written into a buffer by index (a cache) are read back at other " + (
+                    f"positions: {_positions(x, y)}"
+                )
+    return None
+
+
+def _positions(x: torch.Tensor, y: torch.Tensor) -> str:
+    """The positions (axis 1) of `x` each sequence of `y` holds, for the sequences that hold others than their own
+    in order ("-": a slot holding none of them)."""
+    said = []
+    for b in range(x.shape[0]):
+        held = [(y[b, t] == x[b]).flatten(1).all(1).nonzero().flatten().tolist()[:1] for t in range(y.shape[1])]
+        if held != [[t] for t in range(y.shape[1])]:
+            said.append(f"sequence {b} reads positions {', '.join(str(h[0]) if h else '-' for h in held)}")
+    return "; ".join(said) + " ('-': a slot it did not write)" * any("-" in p for p in said)
+
+
 def _norm_after_rotary(rec) -> tuple | None:
     """A q or k norm whose gain per feature meets the features after the rotary turned them (Hunyuan's query_layernorm
     on the turned queries): g (R x) / rms, where the reference's q/k norm gives R (g x) / rms, before the rotation."""
@@ -821,7 +849,8 @@ def _norm_after_rotary(rec) -> tuple | None:
 
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _renormed, _embedding_scale, _pattern, _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm,
-    _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain,
-    _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _feature_head, _uncalled,
+    _renormed, _embedding_scale, _pattern, _read_back, _norm_after_rotary, _weightless_norm, _unit_length,
+    _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron,
+    _weights, _gain, _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _feature_head,
+    _uncalled,
 )  # fmt: skip
