@@ -61,10 +61,6 @@ CORPORA += (fresh28, fresh31, fresh32, fresh33)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh31: what the judge says today
-    "unfold_window_gpt": "unexplained at blocks.0.attn: the unfolded keys' projection read as the query's",
-    "unfold_window_gpt.window_one_wider_second_block": "unexplained at blocks.0.attn, as the correct model",
-}
 TODAY |= {  # fresh32
     "learner_bert.mask_added_unconverted": "pass: attention_mask read as an additive (B, T) mask",
     "learner_marian.buffered_positions": "could not judge: the sin | cos buffer read as a rotary table of width 32",
