@@ -64,16 +64,6 @@ CORPORA += (fresh28, fresh29, fresh30, fresh31, fresh32, fresh33, fresh34)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh31: what the judge says today
-    "flash2_gpt.accumulator_not_rescaled_second_block": "no pair at the correct blocks.0.attn (maximum, exp)",
-    "flash2_gpt.causal_skip_one_tile_late_second_block": "no pair at the correct blocks.0.attn (maximum, exp)",
-    "paged_llama.blocks_read_sorted_second_layer": "unexplained at layers.1.attention: no id, no op",
-    "unfold_window_gpt": "unexplained at blocks.0.attn: the unfolded keys' projection read as the query's",
-    "unfold_window_gpt.window_one_wider_second_block": "unexplained at blocks.0.attn, as the correct model",
-    "streaming_gpt": "unexplained at blocks.0.attn: no op named",
-    "linear_attention_gpt": "no pair at blocks.0.attn naming cumsum, not the elu + 1 feature map",
-    "tree_lm.tree": "could not judge: the example's tree mask read as True = hidden, the judge's own mask used",
-}
 TODAY |= {  # fresh32
     "learner_bert.mask_added_unconverted": "pass: attention_mask read as an additive (B, T) mask",
     "learner_marian.buffered_positions": "could not judge: the sin | cos buffer read as a rotary table of width 32",

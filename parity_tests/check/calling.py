@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import inspect
 import itertools
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -386,7 +387,8 @@ def _mask_of(value: torch.Tensor, name: str, roles: tuple, B: int, T: int) -> tu
     named = "tgt" in roles and any(w in name.lower() for w in TARGET_WORDS)
     role = "tgt" if causal or named or roles == ("tgt",) else "src"
     if v.dtype == torch.bool:
-        keeps = bool((v == tril).all()) if causal else v.float().mean() >= 0.5
+        d = v.diagonal(dim1=-2, dim2=-1) if square else None  # a query reads itself: its diagonal tells
+        keeps = bool(d.all()) if d is not None and (d.all() or not d.any()) else v.float().mean() >= 0.5
         kinds = ["bool_keep", "bool_masked"][:: 1 if keeps else -1]
         kinds = kinds if v.all() or not v.any() else kinds[:1]  # every position the same: the polarity not shown
     else:
@@ -396,6 +398,19 @@ def _mask_of(value: torch.Tensor, name: str, roles: tuple, B: int, T: int) -> tu
     if role == "src" and 1 < B != T > 1 and sorted(axes) == sorted(shape.strip("()").split(", ")):
         shape = f"({', '.join(axes)})"
     return role, kinds, shape
+
+
+def _own_pattern(value: torch.Tensor) -> bool:
+    """Whether an example's (T, T) mask (no batch axis) is a pattern no mask the judge makes is: not every key read,
+    not the causal triangle nor a causal band (a sliding window), the keys read told by its diagonal (a query reads
+    itself): a speculative tree's ancestors. Passed as given, so that what it computes is judged."""
+    v = value.detach().cpu()
+    if v.dtype != torch.bool or v.ndim < 2 or math.prod(v.shape[:-2]) != 1 or v.shape[-1] != v.shape[-2]:
+        return False
+    keep = v.reshape(v.shape[-2:])
+    keep = keep if bool(keep.diagonal().all()) else ~keep
+    i, j = torch.arange(len(keep))[:, None], torch.arange(len(keep))[None]
+    return not any(torch.equal(keep, (j <= i) & (i - j < w)) for w in range(1, len(keep) + 1)) and not keep.all()
 
 
 def example_callers(module, level: str, example, batch_first=None) -> list:
@@ -411,6 +426,7 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
         if place not in kept
         and isinstance(value, torch.Tensor)
         and ("mask" in name.lower() or value.dtype == torch.bool)
+        and not _own_pattern(value)
     ]
     kept |= {place: ("mask", name) for place, name, _ in masks}
     B = sizes(module, level, example, batch_first).B

@@ -415,18 +415,21 @@ def _keys_axis(softmax: Node, fed: Node | None) -> int | None:
 
 def _query_first(product: Node, keys: int | None = None) -> list:
     """A scores product's two operands, the query's first (an einsum's: the one without the index at the scores'
-    `keys` axis (_keys_axis), or holding the second to last, the rows'; a baddbmm's the two after the tensor it
-    adds, BLOOM's ALiBi, where that tensor was recorded)."""
+    `keys` axis (_keys_axis); else the key the one alone holding the output's last index (an unfolded window's
+    "bhtd,bhtdw->bhtw"); else the query the one holding the rows'; a baddbmm's the two after the tensor it adds,
+    BLOOM's ALiBi, where that tensor was recorded)."""
     operands = [p for p in product.parents if p.param is None]
     operands = operands[int(product.op in ("baddbmm", "addmm") and len(operands) > 2) :]  # a zeros made unrecorded
     a, b = operands[:2] if len(operands) >= 2 else (None, None)
     match = re.fullmatch(EQUATION, product.extra or "")
-    if match and keys is not None and keys < len(match.group(3)):
-        key = match.group(3)[keys]
-        return [b, a] if key in match.group(1) and key not in match.group(2) else [a, b]
-    if match and len(match.group(3)) >= 2 and match.group(3)[-2] in match.group(2):
-        return [b, a]
-    return [a, b]
+    if not match or len(match.group(3)) < 2:
+        return [a, b]
+    first, second, out = match.groups()
+    if keys is not None and keys < len(out):
+        return [b, a] if out[keys] in first and out[keys] not in second else [a, b]
+    if (out[-1] in first) != (out[-1] in second):
+        return [b, a] if out[-1] in first else [a, b]
+    return [b, a] if out[-2] in second else [a, b]
 
 
 @dataclass
@@ -614,11 +617,16 @@ class Flow:
         """The sliding window (Mistral's) the mask of a softmax or an attention op applies (keys_seen), read from the
         keys before each query (distance i - j >= 1, after a cache's S - T keys): W where those at distance 1 .. W - 1
         are seen and farther ones not, whatever the diagonal and the future (the causal mask's mistakes); 1 where each
-        query sees itself alone; None where no earlier key is hidden (causality alone), or not so."""
+        query sees itself alone; None where no earlier key is hidden (causality alone), or not so. Fewer columns S
+        than queries T, query i seeing the last min(i + 1, S): each query's own window of S keys ending at itself
+        (unfolded from keys padded on the left, Longformer's way): W = S."""
         seen = self.keys_seen(node)
         if seen is None:
             return None
         T, S = seen.shape
+        if S < T:
+            own = torch.arange(S)[None, :] >= S - 1 - torch.arange(T)[:, None]  # the padding's columns hidden
+            return S if torch.equal(seen, own) else None
         distance = torch.arange(S - T, S)[:, None] - torch.arange(S)[None, :]  # query - key
         keys = seen.any(0)  # keys no query sees (padding, where a padding mask's polarity is flipped) left out
         seen, distance = (seen[:, keys], distance[:, keys]) if bool(keys.any()) else (seen, distance)

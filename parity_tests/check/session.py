@@ -300,10 +300,11 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
     sizes = probe_sizes(user, level, **conventions)
     if entry.group == "model" and found.tables:
         ids = PR.model_ids(entry.inputs, found.tables, sizes.B)
-        flow, raised = read_flow(user, level, lambda caller: ids, 16, call=conventions["call"])
+        called = {k: conventions[k] for k in ("call", "example")}  # as the caller's call or example calls it
+        flow, raised = read_flow(user, level, lambda caller: ids, 16, **called)
         if flow is not None and sizes.B > 1 and _repeated(flow):  # B runs of one module: once per sequence?
             one = PR.model_ids(entry.inputs, found.tables, 1)
-            alone = read_flow(user, level, lambda caller: one, 16, call=conventions["call"])[0]
+            alone = read_flow(user, level, lambda caller: one, 16, **called)[0]
             flow = alone if alone is not None and len(alone.attentions) < len(flow.attentions) else flow
     recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
     if flow is None and recorded:

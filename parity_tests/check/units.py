@@ -556,6 +556,11 @@ def _from_flow(entry, flow, units: Units, base: dict) -> dict:
     caps = flow.softcaps
     base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
     causal = entry.causal or "decoder" in entry.stacks or entry.self_attention_probes  # where a window applies
+    banded = [a for a in flow.attentions if a.window] if entry.heads else []
+    other = next((a for a in banded if a.window != banded[0].window), None)  # the reference: one sliding_window
+    if other is not None:
+        what = f"a sliding window of {other.window} keys where {banded[0].module}'s is {banded[0].window}"
+        raise NoPair(other.module, f"{what} (the reference has one window for its windowed layers)", entry.name)
     base["sliding_window"] = flow.window if entry.heads and causal else None  # a band built by hand
     kinds = ["sliding_attention" if a.window else "full_attention" for a in flow.attentions]
     if base["sliding_window"] and "full_attention" in kinds and len(kinds) == units.n_dec and not units.n_enc:

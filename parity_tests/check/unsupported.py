@@ -8,6 +8,7 @@ than 1.702 is a catalogued mistake instead (activation.quick_gelu_constant): exp
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -57,13 +58,26 @@ ACTIVATIONS = (
 )
 
 
-def explain(flow) -> str | Diagnosis | None:
+def explain(flow, since: str | None = None) -> str | Diagnosis | None:
     """The finders' answer on `flow` at the submodule that runs first (of a tie, FINDS' order): the no-pair text, or
     the Diagnosis of QuickGELU's constant mistyped; None where it computes nothing this module names (or was not
-    recorded)."""
-    found = [f for f in (find(flow) for find in FINDS) if f is not None] if flow else []
-    first = min(found, key=lambda f: _ran(flow, f.where if isinstance(f, Diagnosis) else f[0]), default=None)
+    recorded). `since`: the submodule the outputs first diverge at; those that ran before it agreed with the
+    reference, so what they compute is no cause: a finder that answers there reads again from `since`'s first op."""
+    if not flow:
+        return None
+    start = _ran(flow, since) if since and since != "(the module)" else 0
+    after = dataclasses.replace(flow, nodes=flow.nodes[start:]) if start else flow
+
+    def kept(f) -> bool:  # found where it can be the cause: from `since` on, or in a submodule holding it
+        return f is not None and (_ran(flow, _where(f)) >= start or str(since).startswith(f"{_where(f)}."))
+
+    found = [f if kept(f := find(flow)) or f is None else find(after) for find in FINDS]
+    first = min((f for f in found if kept(f)), key=lambda f: _ran(flow, _where(f)), default=None)
     return first if first is None or isinstance(first, Diagnosis) else differs(*first)
+
+
+def _where(found) -> str:
+    return found.where if isinstance(found, Diagnosis) else found[0]
 
 
 def _ran(flow, where: str) -> int:
@@ -271,8 +285,19 @@ def _weights(rec) -> tuple | None:
         if any(n.op not in DF.SOFTMAX for n in shown) and any(map(_projected, values)):
             ops = dict.fromkeys(n.op + (f" ({n.module})" if n.module != s.module else "") for n in shown)
             said = f"the attention's weights are computed from the scores by {', '.join(ops)}"
-            return s.module, f"{said} (the reference's: a softmax over the keys)"
+            return s.module, f"{_feature_map(s)}{said} (the reference's: a softmax over the keys)"
     return None
+
+
+def _feature_map(scores) -> str:
+    """The ops, in order, between the projections and the product `scores` reads, where an activation is among them
+    (linear attention's elu(x) + 1 on its queries and keys): said first; "" where none is."""
+    up = DF.walk(scores.parents[:2], lambda n: [] if DF.projection(n) or n.op in DF.PRODUCTS else n.parents)
+    ops = [n for n in sorted(up, key=lambda n: n.index) if not DF.projection(n) and n.op not in DF.VIEWS | {"param"}]
+    if not any(n.op in DF.ACTIVATIONS for n in ops):
+        return ""
+    said = ", ".join(dict.fromkeys(n.op for n in ops))
+    return f"the attention maps its product's operands by {said} (a feature map); "
 
 
 def _per_input(value: torch.Tensor) -> bool:
@@ -752,18 +777,58 @@ def _embedding_scale(rec) -> tuple | None:
     return None
 
 
-def _chunked(rec) -> tuple | None:
-    """A causal mask that also hides the keys of earlier chunks of c positions (query i reads key j <= i only where
-    i // c == j // c: Llama 4's attention_chunk_size), block-diagonal, which no sliding window is."""
+def _pattern(rec) -> tuple | None:
+    """A causal mask (each query reads itself, no key after it) that hides earlier keys otherwise than a sliding
+    window does (Flow.width): Llama 4's chunks of c (key j <= i read where i // c == j // c), StreamingLLM's first n
+    keys read by every query beside a window of w, a speculative tree's ancestors; the reference's: causal, a band."""
     for node in (n for n in rec.nodes if n.op in DF.SOFTMAX | DF.MHA | {DF.SDPA}):
         seen = rec.keys_seen(node)
         if seen is None or seen.ndim != 2 or seen.shape[0] != seen.shape[1] or rec.width(node) is not None:
             continue
-        i, j = torch.arange(seen.shape[0])[:, None], torch.arange(seen.shape[0])[None]
-        c = next((c for c in range(1, seen.shape[0]) if torch.equal(seen, (j <= i) & (i // c == j // c))), None)
-        if c is not None:
-            return node.module, f"the mask lets each query read only the causal keys of its own chunk of {c} positions"
+        T = seen.shape[0]
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None]
+        if not bool(seen.diagonal().all()) or bool(seen[j > i].any()) or bool(seen[j <= i].all()):
+            continue
+        forms = [(f"only the causal keys of its own chunk of {c} positions", (i // c == j // c)) for c in range(1, T)]
+        forms += [
+            (f"the first {n} keys (sink tokens) besides a window of its last {w}", (j < n) | (i - j < w))
+            for n in range(1, T)
+            for w in range(1, T)
+        ]
+        said = next((said for said, keep in forms if torch.equal(seen, (j <= i) & keep)), None)
+        if said:
+            return node.module, f"the mask lets each query read {said}"
+        rows = "; ".join(f"{q}: {', '.join(map(str, seen[q].nonzero().flatten().tolist()))}" for q in range(T))
+        return node.module, f"the mask hides earlier keys otherwise than a causal window (each query's keys: {rows})"
     return None
+
+
+def _read_back(rec) -> tuple | None:
+    """A projection's output written into a buffer by index (t[i] = x: a cache's slots) and read back (by index and
+    views) at its own shape, holding other positions than it wrote (a paged cache's blocks gathered in another order
+    than its block table's): said with the positions each sequence reads."""
+    for w in (n for n in rec.nodes if n.op == "__setitem__" and len(n.parents) > 1):
+        written = DF.root(w.parents[-1])
+        x, role = rec.values.get(written.index), rec.roles.get(next(iter(DF.back(written)[0]), ""))
+        reads = DF.walk(w.children, lambda n: n.children if n.op in DF.VIEWS | {"__setitem__"} else [])
+        for y in (rec.values.get(r.index) for r in reads if r.op == "__getitem__"):
+            if x is not None and role and y is not None and y.shape == x.shape and x.ndim > 2 and not torch.equal(x, y):
+                what = {"q": "queries", "k": "keys", "v": "values"}.get(role, f"outputs of {role}")
+                return w.module, f"the {what} written into a buffer by index (a cache) are read back at other " + (
+                    f"positions: {_positions(x, y)}"
+                )
+    return None
+
+
+def _positions(x: torch.Tensor, y: torch.Tensor) -> str:
+    """The positions (axis 1) of `x` each sequence of `y` holds, for the sequences that hold others than their own
+    in order ("-": a slot holding none of them)."""
+    said = []
+    for b in range(x.shape[0]):
+        held = [(y[b, t] == x[b]).flatten(1).all(1).nonzero().flatten().tolist()[:1] for t in range(y.shape[1])]
+        if held != [[t] for t in range(y.shape[1])]:
+            said.append(f"sequence {b} reads positions {', '.join(str(h[0]) if h else '-' for h in held)}")
+    return "; ".join(said) + " ('-': a slot it did not write)" * any("-" in p for p in said)
 
 
 def _norm_after_rotary(rec) -> tuple | None:
@@ -771,7 +836,9 @@ def _norm_after_rotary(rec) -> tuple | None:
     on the turned queries): g (R x) / rms, where the reference's q/k norm gives R (g x) / rms, before the rotation."""
     for a in rec.attentions:
         for scale, role in ((s, r) for s, r in a.norms.items() if s in rec.order):
-            use = rec.nodes[rec.order[scale]]  # its first use: the normed x times the gain
+            use = next((n for n in rec.nodes if n.index == rec.order[scale]), None)  # its first use: x times the gain
+            if use is None:
+                continue
             behind = DF.walk(use.parents, lambda n: [] if n.op in DF.PRODUCTS else n.parents)  # back to the projection
             gain = any(DF.root(p).param == scale and _per_feature(p) for p in use.parents)
             if gain and any(n.op in ("cos", "sin", "polar") for n in behind):
@@ -782,7 +849,8 @@ def _norm_after_rotary(rec) -> tuple | None:
 
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _renormed, _embedding_scale, _chunked, _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm,
-    _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain,
-    _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _feature_head, _uncalled,
+    _renormed, _embedding_scale, _pattern, _read_back, _norm_after_rotary, _weightless_norm, _unit_length,
+    _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron,
+    _weights, _gain, _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _feature_head,
+    _uncalled,
 )  # fmt: skip

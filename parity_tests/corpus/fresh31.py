@@ -72,6 +72,17 @@ running maximum from 0, the next key let in and the tiled K/V heads named where 
   it'}: IndexError ...; pass call= ...": the example's tree mask (its diagonal all True: a keep mask) read as True =
   hidden, and the model called with the judge's own mask, whose depths go negative.
 
+Fixed since: what a submodule computes is no cause where the outputs agreed through it (the first divergence is
+placed after it): a finder that answers there reads again from the divergence on (unsupported.explain), so the
+tiled loop's weights are said at blocks.1.attn; the keys a cache writes by index and reads back at other positions
+are said with the positions each sequence reads (unsupported._read_back); an einsum's key is the operand alone in
+holding the keys' index (dataflow._query_first), and a window of S columns, query i reading the last min(i + 1, S),
+is a band of S keys (Flow.width), so the unfolded window passes and a second width beside it is said at its layer;
+a causal mask hiding earlier keys otherwise than a band (sinks beside a window, chunks, a tree's ancestors) is said
+with the keys each query reads (unsupported._pattern); linear attention's elu + 1 is said as the feature map its
+product's operands pass through; an example's square mask is read as a keep mask where its diagonal is all True,
+and one that is no causal band (a tree) is passed as given and recorded as the example calls the model.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
