@@ -101,14 +101,6 @@ TODAY |= {  # fresh28: the rest
     "tl_hooked.sae_at_resid_pre_second_block": "could not judge: not callable (cannot reshape 2048 into 32x128)",
     "attn_only_2l": "could not judge: found 3 norms, the reference has 4 (not: no feed-forward block)",
 }
-TODAY |= {  # fresh33: what the judge says when it first meets them
-    "gemma3_learner.embedding_scaled_twice": "embedding.double_scale at model.embed_tokens, not at model (the 2nd *)",
-    "phi4_mini.rotary_on_last_features": "unexplained at model.layers.0.self_attn: a rotary slice at the head's end",
-    "qwen3_next_gated": "could not judge: cannot read q_proj.weight (64 rows) as the q projection; pass mapping=",
-    "qwen3_next_gated.gate_after_o_proj": "could not judge: cannot read q_proj.weight (64 rows); pass mapping=",
-    "apertus_xielu": "no pair at mlp.act_fn said as a clamp limiting up_proj's outputs, not the expm1 branch",
-    "mistral_small3.scaled_by_d_model_over_heads_second_layer": "unexplained: sqrt(D / H) with Dh != D / H no divisor",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
