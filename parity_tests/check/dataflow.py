@@ -989,9 +989,15 @@ def bounds(node: Node) -> tuple:
 
 
 def turned_features(flow: Flow, Dh: int) -> list | None:
-    """The features of each head the rotary tables multiply where they multiply a slice of the Dh a head holds (a
+    """The features of each head the rotary tables multiply where they multiply one slice of the Dh a head holds (a
     partial rotary: x[..., :R] * cos, or x[..., Dh - R:]): the slice's view replayed on the feature indices; None
-    where no table multiplies such a slice."""
+    where no table multiplies such a slice, or they multiply several (x[..., ::2] and x[..., 1::2]: pairs)."""
+    slices = {tuple(s) for s in _sliced(flow, Dh)}
+    return list(slices.pop()) if len(slices) == 1 else None
+
+
+def _sliced(flow: Flow, Dh: int) -> Iterator[list]:
+    """The features of each slice of a head's Dh a rotary table multiplies (turned_features)."""
     for node in (n for n in flow.nodes if n.op in MULS and len(n.parents) == 2):
         tables = [p for p in node.parents if any(m.op in TURNS for m in walk([p], _through_views))]
         part = next((p for p in node.parents if p not in tables and p.op in VIEWS and p.call and p.parents), None)
@@ -1003,9 +1009,9 @@ def turned_features(flow: Flow, Dh: int) -> list | None:
         except Exception:  # a view that does not replay on indices
             read = None
         if isinstance(read, torch.Tensor) and read.shape[-1] == part.shape[-1]:
-            return read.reshape(-1, read.shape[-1])[0].tolist()
-    return None
+            yield read.reshape(-1, read.shape[-1])[0].tolist()
 
 
 def _through_views(node: Node) -> list:
+    """Back from a view to what it shows."""
     return node.parents if node.op in VIEWS else []
