@@ -1018,3 +1018,32 @@ def bounds(node: Node) -> tuple:
     named |= {k.removesuffix("_val"): v for k, v in kwargs.items()}  # hardtanh's min_val, max_val
     one = lambda b: isinstance(b, (int, float)) or isinstance(b, torch.Tensor) and b.numel() == 1  # noqa: E731
     return tuple(float(named[k]) if one(named.get(k)) else sign * math.inf for k, sign in (("min", -1), ("max", 1)))
+
+
+def turned_features(flow: Flow, Dh: int) -> list | None:
+    """The features of each head the rotary tables multiply where they multiply one slice of the Dh a head holds (a
+    partial rotary: x[..., :R] * cos, or x[..., Dh - R:]): the slice's view replayed on the feature indices; None
+    where no table multiplies such a slice, or they multiply several (x[..., ::2] and x[..., 1::2]: pairs)."""
+    slices = {tuple(s) for s in _sliced(flow, Dh)}
+    return list(slices.pop()) if len(slices) == 1 else None
+
+
+def _sliced(flow: Flow, Dh: int) -> Iterator[list]:
+    """The features of each slice of a head's Dh a rotary table multiplies (turned_features)."""
+    for node in (n for n in flow.nodes if n.op in MULS and len(n.parents) == 2):
+        tables = [p for p in node.parents if any(m.op in TURNS for m in walk([p], _through_views))]
+        part = next((p for p in node.parents if p not in tables and p.op in VIEWS and p.call and p.parents), None)
+        if not tables or part is None or not part.parents[0].shape or part.shape[-1] >= Dh:
+            continue
+        whole = part.parents[0]
+        try:  # the view replayed on each feature's index
+            read = _replay(part, {whole.tid: torch.arange(Dh).expand(whole.shape)}) if whole.shape[-1] == Dh else None
+        except Exception:  # a view that does not replay on indices
+            read = None
+        if isinstance(read, torch.Tensor) and read.shape[-1] == part.shape[-1]:
+            yield read.reshape(-1, read.shape[-1])[0].tolist()
+
+
+def _through_views(node: Node) -> list:
+    """Back from a view to what it shows."""
+    return node.parents if node.op in VIEWS else []

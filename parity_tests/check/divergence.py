@@ -22,7 +22,7 @@ from numpy_transformer import model as M
 from . import calling as C
 from . import reference as R
 from . import variants as VR
-from .dataflow import VIEWS, hooked, walk
+from .dataflow import DIVS, MULS, VIEWS, hooked, root, walk
 from .diagnosis import MATCH, Diagnosis, _error, departs
 from .mapping import pair_order
 from .matchers import match, match_attention, match_embedding, match_unit
@@ -334,8 +334,8 @@ def _at_embedding(check, choice, stage, user_out) -> tuple[str, list]:
     table (named at the module that keeps the fixed table)."""
     cfg, stack = choice.cfg, stage.unit.split(".")[0]
     token = f"{stack}.token_embedding.weight"
-    holding = (link.user.rpartition(".")[0] or link.user for link in choice.layout.links if token in dict(link.parts))
-    where = next(holding, f"the {stack}'s embeddings")
+    users = [link.user for link in choice.layout.links if token in dict(link.parts)]
+    where = next((u.rpartition(".")[0] or u for u in users), f"the {stack}'s embeddings")
     positions = None
     if cfg.positional == "sinusoidal":
         positions = VR.sinusoid_tables(cfg.max_len, cfg.d_model)[cfg.sinusoid_layout]
@@ -349,7 +349,7 @@ def _at_embedding(check, choice, stage, user_out) -> tuple[str, list]:
         if d.id == "positions.wrong_frequencies" and tables:
             d.where = max(tables, key=lambda t: len(_lca([t, where])))
         elif d.id.startswith("embedding.") and check.is_module:
-            d.where = _scaling_module(check, where)
+            d.where = _multiplied_at(check.flow, users) or _scaling_module(check, where)
     if not found and stack == "decoder" and not cfg.scale_embeddings and "encoder" in check.entry.stacks:
         found = _encoder_unscaled(check, choice, stage, user_out, table, positions)
     return where, found
@@ -588,6 +588,21 @@ def latest_divergence(check, choice):
     tied = [s for s in scored if s[0] == scored[0][0]]
     explains = (trial for *_, trial, found in tied if found.stage is not None and explained(check, trial, found)[1])
     return next(explains, tied[0][3])
+
+
+def _multiplied_at(flow, tables: list) -> str:
+    """The submodule, not the module itself, that last multiplies the lookup of one of `tables` by a number (through
+    views and dropout): where a second scale is applied (Gemma 3's model forward after its scaled lookup); "" where
+    none, or the module itself does."""
+    lookups = [n for n in flow.nodes if n.op == "embedding" and root(n.parents[-1]).param in tables] if flow else []
+    onward = walk(lookups, lambda n: n.children if n in lookups or n.op in VIEWS | {"dropout"} or _scales(n) else [])
+    last = max((n for n in onward if _scales(n)), key=lambda n: n.index, default=None)
+    return last.module if last is not None else ""
+
+
+def _scales(node) -> bool:
+    """A product of `node`'s one recorded operand and a number (a Python one or a tensor made in the forward)."""
+    return node.op in MULS | DIVS and len(node.parents) == 1
 
 
 def _scaling_module(check, path: str) -> str:

@@ -104,6 +104,9 @@ def _divisors(site: Site) -> list:
         (D, f"d_model = {D}: the model width, and no root"),
         (1.0, "1: no scaling at all"),
     ]
+    if site.H:  # the root of D / H where the head's width is set apart from it (head_dim)
+        root = math.sqrt(D / site.H)
+        candidates.append((root, f"sqrt(d_model / n_heads) = {root:.3g}: not this model's head width"))
     found: dict = {}
     for value, origin in candidates:
         same = next((v for v in found if math.isclose(value, v)), value)  # the first value listed that is this one

@@ -82,6 +82,7 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
         else ({}, [], None, {})
     )
     thetas = thetas[:1] if scaled is not None else thetas
+    orders = orders or (TB.sliced_orders(DF.turned_features(flow, cfg.d_head), cfg.d_head) if rope and flow else {})
     if rotary is not None and "rotary_dim" not in stated(given):
         cfg = dataclasses.replace(cfg, rotary_dim=rotary)
     factors = (
@@ -266,7 +267,8 @@ def run_user(check: Check, layout: Layout, caller, dtype, grad=False, scale=1.0,
 def layouts(model: Model, rope: list, inferred: bool) -> list:
     """The inferred Layout and, where rotary positions may be used, the same with the q and k rows in RoPE's
     interleaved pairing (Meta's (2i, 2i + 1), not the reference's halves (i, i + Dh/2): the features reordered); with
-    rotary tables holding features at frequency 0 (tables.relabelled), the q and k features in each order read."""
+    rotary tables holding features at frequency 0 (tables.relabelled), or turning other features of each head than its
+    first R (tables.sliced_orders), the q and k features in each order read."""
     Dh, links = model.cfg.d_head, model.links
     paired = any(MP.rope_paired(n, 2) for link in links for n, _ in link.parts)
     if not inferred or not rope or Dh % 2 or not paired or model.cfg.kv_lora_rank:  # MLA's: pairs, as the reference's
@@ -276,7 +278,7 @@ def layouts(model: Model, rope: list, inferred: bool) -> list:
         return [dataclasses.replace(x, **order) if any(MP.rope_paired(n, Dh) for n, _ in x.parts) else x for x in links]
 
     if model.rope_orders:
-        unturned = "features at frequency 0 unturned: q and k features of each head read in the order"
+        unturned = "the features not turned after those turned: q and k features of each head read in the order"
         return [
             Layout(reordered(rope_order=o), f"{p}, {unturned} {' '.join(map(str, o))}")
             for p, o in model.rope_orders.items()

@@ -210,6 +210,22 @@ def relabelled(value: np.ndarray, Dh: int, theta: float | None = None) -> tuple 
     return read[0], 2 * n, orders, widen(table)
 
 
+def sliced_orders(turned: list | None, Dh: int) -> dict:
+    """{pairing: each head's q/k order (mapping.Link.rope_order)} where the rotary tables turn R features of each
+    head other than its first R (`turned`, dataflow.turned_features: Phi-4-mini's written on the last R): the
+    reference's partial rotary on relabelled features, the turned ones first, in halves (i, i + R/2) or pairs
+    (2i, 2i + 1) of the slice, the others after; {} where they turn the first R (the reference's own) or all."""
+    if not turned or len(turned) % 2 or turned == list(range(len(turned))) or len(set(turned)) != len(turned):
+        return {}
+    R, orders = len(turned), {}
+    for pairing, at in (("halves", list(range(R))), ("pairs", [*range(0, R, 2), *range(1, R, 2)])):
+        order = np.full(Dh, -1)
+        order[[turned[j] for j in at]] = np.arange(R)
+        order[order < 0] = np.arange(R, Dh)
+        orders[pairing] = tuple(order.tolist())
+    return orders
+
+
 def rope_tables(theta: float, Dh: int, T: int, scaling: RopeScaling | None = None) -> dict:
     """The tables a module may keep for RoPE at base theta (its frequencies scaled by `scaling`, the reference's
     rope_frequencies), {what: (float64 table, how far one built in float32 may be from it)}: the inverse frequencies

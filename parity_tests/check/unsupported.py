@@ -575,16 +575,19 @@ def _learned(node) -> bool:
 
 
 def _output_gate(flow) -> tuple | None:
-    """The heads' output multiplied, before the output projection, by an activation of another projection of the
-    input (Qwen3-Next's gated attention: o_proj(attn * sigmoid(gate_proj(x))))."""
+    """The heads' output multiplied, before or after the output projection, by an activation of a projection of the
+    input (Qwen3-Next's gated attention: o_proj(attn * sigmoid(gate_proj(x))), its gate rows in q_proj or their own):
+    the reference multiplies the heads' output by nothing."""
     for a in flow.attentions:
         x = next((p for p in a.out_node.parents if DF.weight_of(p) is None), None) if a.out_node else None
-        product = DF.root(x) if x is not None else None
-        for g in product.parents if product is not None and product.op in DF.MULS else []:
-            act = DF.root(g)
-            gate = DF.projection(DF.root(act.parents[0])) if act.op in DF.ACTIVATIONS and act.parents else None
-            if gate is not None and gate not in a.q + a.k + a.v:
-                return a.module, f"the heads' output is multiplied by {act.op}({gate} x) before {a.out[0]} (a gate)"
+        sides = [("before", DF.root(x))] if x is not None else []
+        sides += [("after", n) for n in DF.walk(a.out_node.children, lambda n: n.children if n.op in DF.VIEWS else [])]
+        for side, product in ((s, n) for s, n in sides if n.op in DF.MULS):
+            for act in (DF.root(g) for g in product.parents):
+                gate = DF.projection(DF.root(act.parents[0])) if act.op in DF.ACTIVATIONS and act.parents else None
+                if gate is not None:
+                    what = "the heads' output" if side == "before" else "the attention's output"
+                    return a.module, f"{what} is multiplied by {act.op}({gate} x) {side} {a.out[0]} (a gate)"
     return None
 
 
@@ -592,12 +595,38 @@ def _clamped(rec) -> tuple | None:
     """A projection's outputs clamped to a range (GPT-OSS's SwiGLU clamps its gate and up projections)."""
     for node in rec.nodes:
         weight = DF.projection(DF.root(node.parents[0])) if node.op in CLAMPS and node.parents else None
-        if weight is not None:
+        if weight is not None and not _discarded(rec, node):
             return node.module, f"{node.op} limits the outputs of {weight} to a range (as GPT-OSS's clamped SwiGLU)"
     return None
 
 
 CLAMPS = {"clamp", "clamp_", "clamp_min", "clamp_max", "clip", "hardtanh"}
+
+
+def _discarded(rec, node) -> bool:
+    """Whether what `node` changes never reaches the output: every path on from it meets a `where` as one branch,
+    and each such `where` takes its other branch wherever `node` moved a value past rounding (xIELU's
+    expm1(min(x, eps)), in the branch taken only for x <= 0: a guard of the branch, not a range)."""
+    reached = {id(n) for n in DF.walk(node.children, lambda n: [] if n.op == "where" else n.children)}
+    wheres = [n for n in rec.nodes if n.op == "where" and id(n) in reached]
+    ends = [n for n in rec.nodes if id(n) in reached and not n.children and n.op != "where"]
+    before, after = (rec.values.get(n.index) for n in (node.parents[0], node))
+    before, after = (None if t is None else t.detach() for t in (before, after))
+    if not wheres or ends or before is None or after is None:
+        return False
+    moved = (after - before).abs() > 1e-9 * max(float(before.abs().max()), 1.0)
+    for w in wheres:
+        fed = [i for i, p in enumerate(w.parents) if p is node or id(p) in reached]
+        condition = rec.values.get(w.parents[0].index) if len(w.parents) == 3 else None
+        if fed not in ([1], [2]) or condition is None:
+            return False
+        taken = condition.bool() if fed == [1] else ~condition.bool()
+        try:
+            if bool(torch.logical_and(*torch.broadcast_tensors(moved, taken)).any()):
+                return False
+        except RuntimeError:  # shapes that do not broadcast: not read
+            return False
+    return True
 
 
 def clamped_scores(rec) -> tuple | None:
@@ -660,7 +689,7 @@ def _activation(rec) -> tuple | Diagnosis | None:
         c = None if fits else _sigmoid_constant(h, a)
         if c is not None:
             return _quick_gelu(x.module, h, a, c)
-        return x.module, f"the activation computes {fits[0][0] if fits else _unknown(h, a)}"
+        return x.module, f"the activation computes {fits[0][0] if fits else _unknown(x, h, a)}"
     names = [name for _, name, *_ in ours]
     common = max(names, key=names.count, default="")
     where, odd, h, a = next((o for o in ours if o[1] != common), (None,) * 4)
@@ -684,13 +713,16 @@ def _quick_gelu(where: str, h, a, c: float) -> Diagnosis:
 # ops computed value by value (an activation written out by hand is made of these), and the views between them
 ELEMENTWISE = DF.ACTIVATIONS | {
     "mul", "__mul__", "__rmul__", "add", "__add__", "__radd__", "sub", "__sub__", "__rsub__", "div", "__truediv__",
-    "pow", "__pow__", "square", "neg", "__neg__", "exp", "where", "abs", "to", "type_as", "float", "double",
-    "contiguous", "__get__",
+    "pow", "__pow__", "square", "neg", "__neg__", "exp", "expm1", "where", "abs", "to", "type_as", "float", "double",
+    "contiguous", "__get__", "gt", "__gt__", "lt", "__lt__", "ge", "__ge__", "le", "__le__",
 }  # fmt: skip
 
 
 def _sources(node, depth: int = 16) -> set:
-    """The nodes `node` is computed from value by value (through element-wise ops, at most `depth` deep)."""
+    """The nodes `node` is computed from value by value (through element-wise ops, at most `depth` deep); a number
+    (a 0-dim tensor: xIELU's learned alphas) is none."""
+    if not node.shape:
+        return set()
     if depth == 0 or node.op not in ELEMENTWISE or not node.parents:
         return {node}
     return set().union(*(_sources(p, depth - 1) for p in node.parents))
@@ -706,11 +738,16 @@ def _sigmoid_constant(h, a) -> float | None:
     return c if math.isfinite(c) and relative(h * torch.sigmoid(c * h), a, 1e-12) <= 1e-6 else None
 
 
-def _unknown(h, a) -> str:
+def _unknown(x, h, a) -> str:
+    """An activation `x` none of ACTIVATIONS fits: the ops it is built of (but arithmetic) and two of its values."""
+    plain = {"mul", "__mul__", "__rmul__", "add", "__add__", "__radd__", "sub", "__sub__", "__rsub__", "neg", "__neg__"}
+    inside = DF.walk([x], lambda n: n.parents if n.op in ELEMENTWISE else [])
+    ops = {n.op: n.index for n in inside if n.op in ELEMENTWISE - plain - DF.VIEWS and n.shape}
+    of = f" (its ops: {', '.join(sorted(ops, key=lambda op: ops[op]))})" * bool(ops)
     h, a = h.flatten(), a.flatten()
     near = (int(h.abs().argmin()), int((h - 1.0).abs().argmin()))  # the inputs nearest 0 and 1
     shown = ", ".join(f"f({float(h[k]):.2f}) = {float(a[k]):.3g}" for k in near if math.isfinite(float(a[k])))
-    return f"an element-wise function none of the reference's activations is ({shown})"
+    return f"an element-wise function{of} none of the reference's activations is ({shown})"
 
 
 def _pooled(rec) -> tuple | None:

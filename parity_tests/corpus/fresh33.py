@@ -62,6 +62,14 @@ First met: 12 of 18 right. Wrong:
   1, 2, 3, 4, 5 differ": the scores over sqrt(D / H) = sqrt(8) where Dh = 16 is not among the wrong-scale
   divisors (mistakes._divisors lists Dh, Dh / 2, D / 2, sqrt(D), D and 1, not sqrt(D / H)).
 
+Fixed since: 18 of 18. embedding.double_scale is said at the submodule whose own forward last multiplies the lookup
+by a number (the table's wrapper where only the module itself multiplies); the features the rotary tables multiply
+are read from the slice of each head the forward takes, a slice other than the first R being the reference's partial
+rotary on relabelled q/k features; a gate on the attention, before or after the output projection, is read from any
+projection, the q projection's own rows included, so the weight map's refusal gives way to no pair; a clamp whose
+every change a `where` discards (it feeds only the branch not taken there) is no range, and an activation none of the
+reference's is named with its ops; sqrt(D / H) is among the wrong-scale divisors.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
