@@ -659,6 +659,7 @@ class Linker:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
         and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
         layout = dict(transposed=piece.transposed, heads=piece.heads, each_transposed=piece.each_transposed)
+        layout |= dict(axes=piece.axes)
         self._stack(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], **layout))
         if piece.bias is not None:  # a bias shared by several pieces (a packed q, k, v one): their parts stacked
             self._stack(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
