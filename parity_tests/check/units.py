@@ -828,6 +828,7 @@ def _link(lk: Linker) -> None:
     elif unit == "positions" and lk.cfg.positional == "learned":
         lk.table(u.position_tables[0], "position_embedding.weight")
     elif unit == "layer":
+        _refuse_attention_alone(lk)
         lk.count("attentions", len(u.attentions), 2 if cross else 1)
         lk.count("norms", len(u.norms), 3 if cross else 2)
         lk.layer("", cross)
@@ -835,11 +836,25 @@ def _link(lk: Linker) -> None:
         _link_stacks(lk)
 
 
+def _refuse_attention_alone(lk: Linker) -> None:
+    """A ValueError where the module runs attentions and no feed-forward block (an attention-only model): each of the
+    reference's layers has one, and no map stands for math the module lacks."""
+    if lk.units.attentions and not lk.units.blocks:
+        flow = lk.found.flow
+        where = ", ".join(dict.fromkeys(a.module for a in flow.attentions)) if flow is not None else ""
+        raise ValueError(
+            f"no feed-forward block in the module's layers (attention alone{': ' * bool(where)}{where}), where each "
+            f"layer of the reference {lk.entry.name!r} has one, and no mapping= stands for math the module lacks; "
+            "pass a model whose layers run one, or each attention alone at the 'multi_head_attention' level"
+        )
+
+
 def _link_stacks(lk: Linker) -> None:
     """Each stack's tables (a model's), layers and final norm (where it has one), then a model's output projection:
     the user's linear, an output bias alone, or the tied token table."""
     cfg, entry, u = lk.cfg, lk.entry, lk.units
     finals = entry.final_norms == "always" or cfg.has_final_norm
+    _refuse_attention_alone(lk)
     lk.count("norms", len(u.norms), u.layer_norms + (len(entry.stacks) if finals else 0))
     t5 = t5_relative(lk.found.flow) if cfg.has_relative_bias and lk.found.flow is not None else None
     for stack in entry.stacks:
