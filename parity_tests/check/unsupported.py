@@ -268,11 +268,30 @@ def _weights(rec) -> tuple | None:
         path = [n for n in ahead if id(n) in on and n.op not in DF.PRODUCTS]
         shown = [n for n in sorted(path, key=lambda n: n.index) if n.op not in SOFTMAX_MADE - DF.SOFTMAX]
         values = [p for f in fed for p in f.parents if id(p) not in on]  # the weights' other operand
-        if any(n.op not in DF.SOFTMAX for n in shown) and any(map(_projected, values)):
+        odd = [n for n in shown if n.op not in DF.SOFTMAX]
+        if odd and any(map(_projected, values)):
+            writes = {n.module for n in odd if n.op == "__setitem__"}
+            if len(odd) == len(writes) == 1 and odd[0].module.startswith(f"{s.module}."):  # a hook's, after them
+                return odd[0].module, f"{_written(rec, odd[0])} (the reference's: a softmax over the keys, kept)"
             ops = dict.fromkeys(n.op + (f" ({n.module})" if n.module != s.module else "") for n in shown)
             said = f"the attention's weights are computed from the scores by {', '.join(ops)}"
             return s.module, f"{said} (the reference's: a softmax over the keys)"
     return None
+
+
+def _written(rec, node) -> str:
+    """What a write into the attention's weights (t[...] = c, a hook's ablation) set, read from the values: the slices
+    of an axis it left all zero (a head's, where the axis holds the heads), else that values were written."""
+    value = rec.values.get(node.index)
+    heads = {a.heads for a in rec.attentions if a.heads}
+    for k in range(1, value.ndim if isinstance(value, torch.Tensor) else 0):
+        zeros = [i for i in range(value.shape[k]) if not value.select(k, i).any()]
+        if zeros and len(zeros) < value.shape[k]:
+            which = ", ".join(map(str, zeros))
+            head = value.shape[k] in heads and value.ndim == 4 and k == 1  # (batch, head, query, key)
+            of = f"head {which}'s attention weights" if head else f"the attention weights at {which} of axis {k}"
+            return f"__setitem__ sets {of} to 0 (a zero-ablation)"
+    return "__setitem__ writes values over the attention weights"
 
 
 def _per_input(value: torch.Tensor) -> bool:
