@@ -385,12 +385,36 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
         raise NoPair(shared[0], what, entry.name, part=shared[0].rpartition(".")[0])
+    spliced = next(filter(None, (_unsummed(flow, b) for b in flow.blocks)), None)
+    if spliced is not None and entry.group != "component":
+        raise NoPair(*spliced, entry.name)
     if flow.parallel and not parallel and entry.group != "component":
         what = (
             "the feed-forward block does not read the attention's output: both read the layer's input and their "
             "outputs are summed (a parallel block, as GPT-J, Phi-2 and GPT-NeoX's use_parallel_residual compute it)"
         )
         raise NoPair(flow.blocks[0][0].rsplit(".", 2)[0], what, entry.name)
+
+
+def _unsummed(flow, block: list) -> tuple | None:
+    """(where, what) for a feed-forward `block` whose output replaces the stream that later products read (an
+    autoencoder spliced into it): no sum, before the next product, adds it to a tensor not computed from it (x +
+    ffn(x): the reference's residual), else None."""
+    down = next((n for n in flow.nodes if n.op in DF.PRODUCTS and DF.projection(n) == block[-1]), None)
+    if down is None:
+        return None
+    later = list(DF.walk([down], lambda n: n.children))  # all computed from its output
+    if not any(n.op in DF.PRODUCTS for n in later[1:]):  # a head (an MLM head's dense, gelu, decoder): no stream
+        return None
+    made = set(map(id, later))
+    ahead = DF.walk([down], lambda n: n.children if n is down or n.op not in DF.PRODUCTS else [])
+    for n in (n for n in ahead if n.op in DF.ADDS):
+        others = [p for p in n.parents if id(p) not in made and DF.root(p).param is None]
+        if others or len(n.parents) == 1 and n.value is None:  # the stream it came from (recorded or not)
+            return None
+    acts = ", ".join(dict.fromkeys(a.op for a in DF._activations(down))) or "no activation"
+    what = f"{block[0]}, {acts} and {block[-1]} compute a tensor that replaces the stream (no residual sum adds it"
+    return down.module or "(the module)", f"{what} to its input, as a sparse autoencoder's reconstruction does)"
 
 
 def _latent(by: dict, attention, units: Units) -> tuple:

@@ -437,9 +437,18 @@ def _weightless_norm(rec) -> tuple | None:
         if normed is not None and not any(map(_learned, scales)):
             if node.op == "normalize":  # x / max(|x|_2, eps)
                 return node.module, "F.normalize(x) scales each vector to unit length (L2), without a weight"
-            said = f"{node.op}(x)" if node.op in NORMS else f"x * {node.op}(mean(x^2) + eps)"
-            return node.module, f"{said} normalises without a weight (no learned scale)"
+            return node.module, f"{_by_hand(node, normed)} normalises without a weight (no learned scale)"
     return None
+
+
+def _by_hand(root_op, normed) -> str:
+    """A norm as written: torch's op by name, else x (x - mean(x) where the mean is subtracted first: a LayerNorm's)
+    multiplied or divided by the root."""
+    if root_op.op in NORMS:
+        return f"{root_op.op}(x)"
+    centred = any(p.op in DF.SUBS and any(q.op == "mean" for q in p.parents) for p in normed.parents)
+    x, m = ("(x - mean(x))", "var(x)") if centred else ("x", "mean(x^2)")
+    return f"{x} {'*' if normed.op in DF.MULS else '/'} {root_op.op}({m} + eps)"
 
 
 def _centred_head_norm(rec) -> tuple | None:
