@@ -539,7 +539,13 @@ def _equal_when_folded() -> float:
 
 CASES = [
     ("tl_hooked", hooked, "transformer_lm", {}, "pass"),
-    ("tl_hooked.ln_pre_folded", folded, "transformer_lm", {}, "pass"),
+    (
+        "tl_hooked.ln_pre_folded",
+        folded,
+        "transformer_lm",
+        {},
+        ("no pair", "blocks.0.ln1", "(x - mean(x)) / sqrt(var(x) + eps) normalises without a weight"),
+    ),
     ("tl_hooked.caching_hooks", cached, "transformer_lm", {}, "pass"),
     ("tl_hooked.logit_lens", lens, "transformer_lm", {}, "pass"),
     ("tl_hooked.block", lambda: hooked().blocks[0], "decoder_only_layer", {}, "pass"),
@@ -598,7 +604,7 @@ CASES = [
         lambda: folded(second="scale_d_model"),
         "transformer_lm",
         {},
-        ("mistake", "attention.wrong_scale", "blocks.1.attn"),
+        ("no pair", "blocks.0.ln1", "normalises without a weight"),
     ),
     (
         "tl_hooked.caching_hooks.ignore_where_not_future_second_block",
