@@ -19,7 +19,7 @@ from numpy_transformer import TransformerConfig
 from . import dataflow as DF
 from . import tables as TB
 from .levels import LEVELS
-from .mapping import Link, Piece, Table, role_of
+from .mapping import NORMING, Link, Piece, Table, role_of
 from .unsupported import NoPair, clamped_scores, reference_alibi, t5_relative
 
 ROLES = ("q", "k", "v", "out")
@@ -387,7 +387,7 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
         raise NoPair(shared[0], what, entry.name, part=shared[0].rpartition(".")[0])
     spliced = next(filter(None, (_unsummed(flow, b) for b in flow.blocks)), None)
     if spliced is not None and entry.group != "component":
-        raise NoPair(*spliced, entry.name)
+        raise NoPair(spliced[0], spliced[1], entry.name)
     if flow.parallel and not parallel and entry.group != "component":
         what = (
             "the feed-forward block does not read the attention's output: both read the layer's input and their "
@@ -397,11 +397,18 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
 
 
 def _unsummed(flow, block: list) -> tuple | None:
-    """(where, what) for a feed-forward `block` whose output replaces the stream that later products read (an
-    autoencoder spliced into it): no sum, before the next product, adds it to a tensor not computed from it (x +
-    ffn(x): the reference's residual), else None."""
+    """(where, what) for a feed-forward `block` on the stream itself (no norm on the way back to the products
+    before it: an autoencoder spliced in, not a layer's feed-forward, whose dropped residual wiring.py says) whose
+    output replaces the stream that later products read: no sum, before the next product, adds it to a tensor not
+    computed from it (x + ffn(x): the reference's residual), else None."""
     down = next((n for n in flow.nodes if n.op in DF.PRODUCTS and DF.projection(n) == block[-1]), None)
-    if down is None:
+    up = next((n for n in flow.nodes if n.op in DF.PRODUCTS and DF.projection(n) == block[0]), None)
+    if down is None or up is None:
+        return None
+    read = DF.walk(
+        [p for p in up.parents if DF.weight_of(p) is None], lambda n: [] if n.op in DF.PRODUCTS else n.parents
+    )
+    if any(n.op in NORMING for n in read):
         return None
     later = list(DF.walk([down], lambda n: n.children))  # all computed from its output
     if not any(n.op in DF.PRODUCTS for n in later[1:]):  # a head (an MLM head's dense, gelu, decoder): no stream
