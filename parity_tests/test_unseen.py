@@ -76,10 +76,6 @@ TODAY |= {  # fresh32
     "learner_marian.buffered_positions": "could not judge: the sin | cos buffer read as a rotary table of width 32",
     "learner_marian.floor_division_frequencies": "unexplained at encoder.embed_tokens, positional='rope' assumed",
 }
-TODAY |= {  # fresh28: at the layer level the first norm (w, b) reads the unrecorded input: not read
-    "tl_hooked.block": "could not judge: found 1 norms in the module, the reference has 2 (ln1 before any recorded op)",
-    "tl_hooked.block.pattern_softmax_over_queries": "could not judge: found 1 norms (ln1 before any recorded op)",
-}
 TODAY |= {  # fresh33: what the judge says when it first meets them
     "gemma3_learner.embedding_scaled_twice": "embedding.double_scale at model.embed_tokens, not at model (the 2nd *)",
     "phi4_mini.rotary_on_last_features": "unexplained at model.layers.0.self_attn: a rotary slice at the head's end",

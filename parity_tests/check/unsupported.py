@@ -68,8 +68,8 @@ def explain(flow) -> str | Diagnosis | None:
 
 def _ran(flow, where: str) -> int:
     """The index of the first op recorded in submodule `where` (inside it, where none ran in it directly); the
-    parameters it reads are no op run."""
-    inside = (n.index for n in flow.nodes if n.module == where and n.op != "param")
+    parameters it reads and the inputs it is given are no op run."""
+    inside = (n.index for n in flow.nodes if n.module == where and n.op not in ("param", "input"))
     return next(inside, next((n.index for n in flow.nodes if n.module.startswith(f"{where}.")), len(flow.nodes)))
 
 
