@@ -75,17 +75,17 @@ Measured beside the corpus (not a case): with the hooked LayerNorm's parameters 
 passes tl_hooked, the logit lens and the block, and names the six mistakes of those three models: 11 of 19.
 
 Fixed since: a norm's shift is the 1-D parameter added to its scaled output (x / sqrt(var + eps) * w + b, whatever
-the two are named), and the module's float inputs are leaves of the recording, so a norm first in a layer is read
-(its mean subtracted: a LayerNorm); the judge's copy keeps a module's forward hooks in their OrderedDict (a caching
-hook runs, and the recording's own hooks can be added beside it); a write into the attention weights by a hook is
-said at the hook's module with the heads it zeroes; a 3-axis weight whose inputs (or outputs) an einsum reads in
-another order than stored is linked with that axis order (Link.axes, printed "stored in the axis order 1 0 2"); a
-feed-forward whose output replaces the stream that later products read (no residual sum) is no pair where it runs;
-an attention-only model is "could not judge: no feed-forward block in the module's layers ...", without offering
-mapping=. The folded LayerNormPre model's expectation was changed to no pair: a norm without a learned scale is no
-pair for the reference's (its weight and bias are trained parameters the user's model does not have, whatever the
-weights after it hold), as fresh7, fresh8, fresh12, fresh17 and fresh25 expect; the words now say the norm as
-written, "(x - mean(x)) / sqrt(var(x) + eps)".
+the two are named), and the module's first float argument is a leaf of the recording, so a norm first in a layer is
+read (its mean subtracted: a LayerNorm); the judge's copy keeps a module's forward hooks in their OrderedDict (a
+caching hook runs, and the recording's own hooks can be added beside it); a write into the attention weights by a
+hook is said at the hook's module with the heads it zeroes; a 3-axis weight whose inputs (or outputs) an einsum reads
+in another order than stored is linked with that axis order (Link.axes, printed "stored in the axis order 1 0 2"); a
+feed-forward on the stream itself (no norm before it) whose output replaces the stream that later products read (no
+residual sum) is no pair where it runs; an attention-only model is "could not judge: no feed-forward block in the
+module's layers ...", without offering mapping=. The folded LayerNormPre model's expectation was changed to no pair:
+a norm without a learned scale is no pair for the reference's (its weight and bias are trained parameters the user's
+model does not have, whatever the weights after it hold), as fresh7, fresh8, fresh12, fresh17 and fresh25 expect;
+the words now say the norm as written, "(x - mean(x)) / sqrt(var(x) + eps)".
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
