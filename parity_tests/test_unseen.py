@@ -69,31 +69,6 @@ TODAY |= {  # fresh32
     "learner_marian.buffered_positions": "could not judge: the sin | cos buffer read as a rotary table of width 32",
     "learner_marian.floor_division_frequencies": "unexplained at encoder.embed_tokens, positional='rope' assumed",
 }
-TODAY |= dict.fromkeys(  # fresh28: the hooked LayerNorm's w read as an RMSNorm scale, its b left unmapped
-    (
-        "tl_hooked", "tl_hooked.logit_lens", "tl_hooked.z_reshaped_without_permute_second_block",
-        "tl_hooked.attn_scale_d_model_second_block", "tl_hooked.ignore_where_not_future_second_block",
-        "tl_hooked.pattern_softmax_over_queries_second_block",
-        "tl_hooked.logit_lens.pattern_softmax_over_queries_second_block",
-    ),
-    "unexplained at blocks.0.ln1 (the norm's w read as an RMSNorm scale, its b unmapped)",
-)  # fmt: skip
-TODAY |= dict.fromkeys(  # fresh28: forward hooks of the user's own in the judge's copy
-    (
-        "tl_hooked.caching_hooks", "tl_hooked.caching_hooks.ignore_where_not_future_second_block",
-        "tl_hooked.head_2_ablated_by_hook_second_block",
-    ),
-    "could not judge: forward could not be recorded (cannot create weak reference to 'dict' object)",
-)  # fmt: skip
-TODAY |= {  # fresh28: the rest
-    "tl_hooked.block": "could not judge: found 1 norms in the module, the reference has 2 (w and b misread)",
-    "tl_hooked.block.pattern_softmax_over_queries": "could not judge: found 1 norms (w and b misread)",
-    "tl_hooked.ln_pre_folded": "no pair at blocks.0.ln1: normalises without a weight (a weight of 1, bias 0)",
-    "tl_hooked.ln_pre_folded.attn_scale_d_model_second_block": "no pair at blocks.0.ln1: without a weight",
-    "tl_hooked.w_o_heads_transposed_second_block": "could not judge: W_O is not a linear weight the judge reads",
-    "tl_hooked.sae_at_resid_pre_second_block": "could not judge: not callable (cannot reshape 2048 into 32x128)",
-    "attn_only_2l": "could not judge: found 3 norms, the reference has 4 (not: no feed-forward block)",
-}
 TODAY |= {  # fresh30: weights used through a transform
     "int4_llama": "could not judge: float != c10::Half (the computed weight registered in the scales' float16)",
     "int4_llama.kv_heads_tiled_second_layer": "could not judge: float != c10::Half (the scales' float16)",

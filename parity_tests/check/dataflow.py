@@ -146,6 +146,15 @@ class _Recorder(TorchFunctionMode):
             self.keep.append(base)
         return out
 
+    def given(self, inputs) -> None:
+        """The module's first argument where it is a float tensor (a layer's x), a leaf of its own ("input"): what
+        its forward does to it (a norm first in a layer: x - mean(x)) is recorded too. Masks and memory stay
+        unrecorded (products and attentions give them leaves of their own, _parents)."""
+        for t in tree_flatten(inputs)[0]:
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and self.node(t) is None:
+                self.of[id(t)] = self._add(Node(len(self.nodes), "input", "", [], tuple(t.shape)))
+                self.keep.append(t)
+
     def _value(self, name: str, args: tuple, kwargs: dict, parents: int) -> object:
         """What a node of op `name` keeps besides its parents (Node.value), None for most ops."""
         if name == "embedding" and isinstance(args[0], torch.Tensor):
@@ -209,8 +218,12 @@ def record(run, module: nn.Module) -> Flow:
         made = next((rec.of.get(id(t)) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
         rec.calls.append(Called(key, rec.path[-1], given, made))
 
-    with hooked(module.named_modules(), leave, rec.path.append), unscripted(module), unvmapped(), rec:
-        out = run()
+    given = module.register_forward_pre_hook(lambda m, args: rec.given(args[:1]))
+    try:
+        with hooked(module.named_modules(), leave, rec.path.append), unscripted(module), unvmapped(), rec:
+            out = run()
+    finally:
+        given.remove()
     beside = _reaching(rec.nodes, rec.of.get(id(out)) if isinstance(out, torch.Tensor) else None)
     flow = read(rec.nodes, rec.values)
     flow.beside = beside

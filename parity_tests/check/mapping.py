@@ -36,6 +36,7 @@ class Piece:
     transposed: bool  # stored (in, out), applied as x @ W
     heads: int = 0  # 3 axes: its head axis's size; rows or columns split per head (Link.heads)
     each_transposed: bool = False  # (H, in, out / H) (TransformerLens's W_Q): each head's rows transposed
+    axes: tuple = ()  # stored in another order of its axes than the layout above says (Link.axes)
 
 
 NORMING = {"rsqrt", "sqrt", "rms_norm", "layer_norm", "var", "std", "norm", "normalize"}  # x over a root or norm
@@ -91,6 +92,7 @@ class Link:
     heads: int = 0  # a 3-axis user tensor (einsum or @): its rows or columns (after any transpose) split into heads,
     each_transposed: bool = False  # and each head's rows transposed: (H, in, out / H) (TransformerLens's W_Q)
     rope_order: tuple = ()  # q/k rows (and q/k norms) of each head: row u the reference's rope_order[u] (relabelled)
+    axes: tuple = ()  # a 3-axis user tensor: its axis i the laid-out tensor's axes[i] (an einsum reading it so)
 
 
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
@@ -203,7 +205,8 @@ def _as_read(found: Structure, module: nn.Module, flow) -> None:
         if layout is None:
             found.pieces.remove(piece)  # not read as a projection: refused where a unit needs it (units._pieces)
         else:
-            piece.out_features, piece.in_features, piece.transposed, piece.heads, piece.each_transposed = layout
+            piece.out_features, piece.in_features, piece.transposed, piece.heads, piece.each_transposed = layout[:5]
+            piece.axes = layout[5]
     _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None})
 
 
@@ -257,14 +260,21 @@ def _shift_of(nodes: list) -> str | None:
 def _shifts_as_added(found: Structure, flow, named: dict) -> None:
     """The 1-D shifts as the forward uses them, where the names left them paired otherwise (a ParameterDict's sorted
     keys, a `_kernel` and its `_bias`): F.multi_head_attention_forward's bias arguments (`named`: {weight: bias}, a
-    packed one q, k and v's, however named), F.layer_norm's weight with its bias, a projection's output plus a bias."""
+    packed one q, k and v's, however named), F.layer_norm's weight with its bias, a projection's output plus a bias,
+    a norm's scaled output plus a bias (x / sqrt(var + eps) * w + b, whatever the two are named)."""
     pairs: dict = dict(named)
+    scales = {n.weight for n in found.norms}
+
+    def scaled(t: DF.Node) -> str | None:  # the norm scale a product multiplies by, else None
+        return next((r.param for r in map(DF.root, t.parents) if r.param in scales), None) if t.op in DF.MULS else None
+
     for n in flow.nodes:
         params = [r.param for r in map(DF.root, n.parents) if r.param is not None and len(r.shape) == 1]
         if n.op == "layer_norm" and len(params) == 2:
             pairs.setdefault(params[0], params[1])
         summed = DF.walk(n.parents, lambda t: t.parents if t.op in DF.ADDS else []) if n.op in DF.ADDS else []
-        weight = next(filter(None, map(DF.projection, summed)), None)  # the nearest term of the sum: (x + h W) + b
+        terms = (DF.projection(t) or scaled(t) for t in summed)
+        weight = next(filter(None, terms), None)  # the nearest term of the sum: (x + h W) + b, x_normed * w + b
         if weight is not None and len(params) == 1:
             pairs.setdefault(weight, params[0])
     free = set(found.orphans) | {n.bias for n in found.norms if n.bias} | {p.bias for p in found.pieces if p.bias}
@@ -300,17 +310,19 @@ def _flattened(flow, weight: str, shape: tuple) -> tuple | None:
         while seen.param is None and seen.op in DF.VIEWS and seen.op not in ("t", "transpose", "permute"):
             seen = seen.parents[0]
         if seen.param == weight:
-            return (*rows, False, 0, False)
+            return (*rows, False, 0, False, ())
     return None
 
 
 def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
-    """(out_features, in_features, transposed, heads, each_transposed) of a 3-axis `weight` as the first einsum
-    (or x @ W, as _as_einsum writes it) reading it uses it: the axes it sums over are the inputs, the others the
-    outputs, in the order the other operand and the result keep them (the heads the first of two). Outputs then
+    """(out_features, in_features, transposed, heads, each_transposed, axes) of a 3-axis `weight` as the first
+    einsum (or x @ W, as _as_einsum writes it) reading it uses it: the axes it sums over are the inputs, the others
+    the outputs, in the order the other operand and the result keep them (the heads the first of two). Outputs then
     inputs ((H, Dh, D), (D, H, Dh)): (out, in) rows; inputs then outputs: transposed; an input between two outputs
     ((H, D, Dh), TransformerLens's W_Q): each head's rows transposed; an output between two inputs: the same,
-    transposed. None where no product reads it as stored (a transpose on the way) or keeps its axes in order."""
+    transposed. Two inputs (or outputs) stored in the other order than the operands keep them ((Dh, H, D) read as
+    "hd" by "bphd,dhm->bpm"): the same map, its entries stored in another order (`axes`, Link.axes). None where no
+    product reads it as stored (a transpose on the way)."""
     node = next(
         (n for n in flow.nodes if n.op in ("einsum", "matmul", "__matmul__") and DF.projection(n) == weight), None
     )
@@ -332,13 +344,15 @@ def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
     axes = terms[i]
     kept, summed = [c for c in axes if c in result], [c for c in axes if c not in result]
     other = next((t for j, t in enumerate(terms) if j != i and set(summed) <= set(t)), "")
-    ordered = other and kept == sorted(kept, key=result.index) and summed == sorted(summed, key=other.index)
-    if len(axes) != 3 or not kept or not ordered:
+    if len(axes) != 3 or not kept or not other or len(set(axes)) != 3:
         return None
+    ordered = iter(sorted(kept, key=result.index)), iter(sorted(summed, key=other.index))
+    laid = "".join(next(ordered[c not in result]) for c in axes)  # each group's axes in the operands' order
     size = dict(zip(axes, shape, strict=True))
     heads = size[(kept if len(kept) == 2 else summed)[0]]
     each = (axes[0] in result) == (axes[2] in result)  # outputs around an input, or inputs around an output
-    return math.prod(size[c] for c in kept), math.prod(size[c] for c in summed), axes[0] in summed, heads, each
+    moved = tuple(map(laid.index, axes)) if laid != axes else ()
+    return math.prod(size[c] for c in kept), math.prod(size[c] for c in summed), laid[0] in summed, heads, each, moved
 
 
 def _as_einsum(node, i: int, role: str | None) -> str:
@@ -495,6 +509,9 @@ def _laid_out(link: Link, reference: dict, shape: tuple) -> np.ndarray:
     value = value.T if link.transposed else value
     if link.each_transposed:
         value = value.reshape(link.heads, -1, value.shape[-1]).transpose(0, 2, 1)
+    if link.axes:  # laid out in the order the einsum reads it, then stored in the user's order
+        laid = [shape[link.axes.index(k)] for k in range(len(shape))]
+        value = value.reshape(laid).transpose(link.axes)
     return np.ascontiguousarray(value).reshape(shape)
 
 

@@ -513,7 +513,11 @@ def _rebind(value, memo: dict, depth: int = 0):
         return type(value)(items) if any(a is not b for a, b in zip(items, value, strict=True)) else value
     if isinstance(value, dict):
         entries = {k: _rebind(v, memo, depth + 1) for k, v in value.items()}
-        return entries if any(entries[k] is not v for k, v in value.items()) else value
+        if all(entries[k] is v for k, v in value.items()):
+            return value
+        kept = copy.copy(value)  # its own type (a module's hooks: an OrderedDict, which a hook handle refers to)
+        kept.update(entries)
+        return kept
     if not isinstance(value, types.FunctionType) or not value.__closure__:
         return value
     cells, changed = [], False

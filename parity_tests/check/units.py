@@ -19,7 +19,7 @@ from numpy_transformer import TransformerConfig
 from . import dataflow as DF
 from . import tables as TB
 from .levels import LEVELS
-from .mapping import Link, Piece, Table, role_of
+from .mapping import NORMING, Link, Piece, Table, role_of
 from .unsupported import NoPair, clamped_scores, reference_alibi, t5_relative
 
 ROLES = ("q", "k", "v", "out")
@@ -385,12 +385,43 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
         raise NoPair(shared[0], what, entry.name, part=shared[0].rpartition(".")[0])
+    spliced = next(filter(None, (_unsummed(flow, b) for b in flow.blocks)), None)
+    if spliced is not None and entry.group != "component":
+        raise NoPair(spliced[0], spliced[1], entry.name)
     if flow.parallel and not parallel and entry.group != "component":
         what = (
             "the feed-forward block does not read the attention's output: both read the layer's input and their "
             "outputs are summed (a parallel block, as GPT-J, Phi-2 and GPT-NeoX's use_parallel_residual compute it)"
         )
         raise NoPair(flow.blocks[0][0].rsplit(".", 2)[0], what, entry.name)
+
+
+def _unsummed(flow, block: list) -> tuple | None:
+    """(where, what) for a feed-forward `block` on the stream itself (no norm on the way back to the products
+    before it: an autoencoder spliced in, not a layer's feed-forward, whose dropped residual wiring.py says) whose
+    output replaces the stream that later products read: no sum, before the next product, adds it to a tensor not
+    computed from it (x + ffn(x): the reference's residual), else None."""
+    down = next((n for n in flow.nodes if n.op in DF.PRODUCTS and DF.projection(n) == block[-1]), None)
+    up = next((n for n in flow.nodes if n.op in DF.PRODUCTS and DF.projection(n) == block[0]), None)
+    if down is None or up is None:
+        return None
+    read = DF.walk(
+        [p for p in up.parents if DF.weight_of(p) is None], lambda n: [] if n.op in DF.PRODUCTS else n.parents
+    )
+    if any(n.op in NORMING for n in read):
+        return None
+    later = list(DF.walk([down], lambda n: n.children))  # all computed from its output
+    if not any(n.op in DF.PRODUCTS for n in later[1:]):  # a head (an MLM head's dense, gelu, decoder): no stream
+        return None
+    made = set(map(id, later))
+    ahead = DF.walk([down], lambda n: n.children if n is down or n.op not in DF.PRODUCTS else [])
+    for n in (n for n in ahead if n.op in DF.ADDS):
+        others = [p for p in n.parents if id(p) not in made and DF.root(p).param is None]
+        if others or len(n.parents) == 1 and n.value is None:  # the stream it came from (recorded or not)
+            return None
+    acts = ", ".join(dict.fromkeys(a.op for a in DF._activations(down))) or "no activation"
+    what = f"{block[0]}, {acts} and {block[-1]} compute a tensor that replaces the stream (no residual sum adds it"
+    return down.module or "(the module)", f"{what} to its input, as a sparse autoencoder's reconstruction does)"
 
 
 def _latent(by: dict, attention, units: Units) -> tuple:
@@ -664,6 +695,7 @@ class Linker:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
         and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
         layout = dict(transposed=piece.transposed, heads=piece.heads, each_transposed=piece.each_transposed)
+        layout |= dict(axes=piece.axes)
         self._stack(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], **layout))
         if piece.bias is not None:  # a bias shared by several pieces (a packed q, k, v one): their parts stacked
             self._stack(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
@@ -832,6 +864,7 @@ def _link(lk: Linker) -> None:
     elif unit == "positions" and lk.cfg.positional == "learned":
         lk.table(u.position_tables[0], "position_embedding.weight")
     elif unit == "layer":
+        _refuse_attention_alone(lk)
         lk.count("attentions", len(u.attentions), 2 if cross else 1)
         lk.count("norms", len(u.norms), 3 if cross else 2)
         lk.layer("", cross)
@@ -839,11 +872,25 @@ def _link(lk: Linker) -> None:
         _link_stacks(lk)
 
 
+def _refuse_attention_alone(lk: Linker) -> None:
+    """A ValueError where the module runs attentions and no feed-forward block (an attention-only model): each of the
+    reference's layers has one, and no map stands for math the module lacks."""
+    if lk.units.attentions and not lk.units.blocks:
+        flow = lk.found.flow
+        where = ", ".join(dict.fromkeys(a.module for a in flow.attentions)) if flow is not None else ""
+        raise ValueError(
+            f"no feed-forward block in the module's layers (attention alone{': ' * bool(where)}{where}), where each "
+            f"layer of the reference {lk.entry.name!r} has one, and no mapping= stands for math the module lacks; "
+            "pass a model whose layers run one, or each attention alone at the 'multi_head_attention' level"
+        )
+
+
 def _link_stacks(lk: Linker) -> None:
     """Each stack's tables (a model's), layers and final norm (where it has one), then a model's output projection:
     the user's linear, an output bias alone, or the tied token table."""
     cfg, entry, u = lk.cfg, lk.entry, lk.units
     finals = entry.final_norms == "always" or cfg.has_final_norm
+    _refuse_attention_alone(lk)
     lk.count("norms", len(u.norms), u.layer_norms + (len(entry.stacks) if finals else 0))
     t5 = t5_relative(lk.found.flow) if cfg.has_relative_bias and lk.found.flow is not None else None
     for stack in entry.stacks:

@@ -82,8 +82,8 @@ def _where(found) -> str:
 
 def _ran(flow, where: str) -> int:
     """The index of the first op recorded in submodule `where` (inside it, where none ran in it directly); the
-    parameters it reads are no op run."""
-    inside = (n.index for n in flow.nodes if n.module == where and n.op != "param")
+    parameters it reads and the inputs it is given are no op run."""
+    inside = (n.index for n in flow.nodes if n.module == where and n.op not in ("param", "input"))
     return next(inside, next((n.index for n in flow.nodes if n.module.startswith(f"{where}.")), len(flow.nodes)))
 
 
@@ -282,7 +282,11 @@ def _weights(rec) -> tuple | None:
         path = [n for n in ahead if id(n) in on and n.op not in DF.PRODUCTS]
         shown = [n for n in sorted(path, key=lambda n: n.index) if n.op not in SOFTMAX_MADE - DF.SOFTMAX]
         values = [p for f in fed for p in f.parents if id(p) not in on]  # the weights' other operand
-        if any(n.op not in DF.SOFTMAX for n in shown) and any(map(_projected, values)):
+        odd = [n for n in shown if n.op not in DF.SOFTMAX]
+        if odd and any(map(_projected, values)):
+            writes = {n.module for n in odd if n.op == "__setitem__"}
+            if len(odd) == len(writes) == 1 and odd[0].module.startswith(f"{s.module}."):  # a hook's, after them
+                return odd[0].module, f"{_written(rec, odd[0])} (the reference's: a softmax over the keys, kept)"
             ops = dict.fromkeys(n.op + (f" ({n.module})" if n.module != s.module else "") for n in shown)
             said = f"the attention's weights are computed from the scores by {', '.join(ops)}"
             return s.module, f"{_feature_map(s)}{said} (the reference's: a softmax over the keys)"
@@ -298,6 +302,21 @@ def _feature_map(scores) -> str:
         return ""
     said = ", ".join(dict.fromkeys(n.op for n in ops))
     return f"the attention maps its product's operands by {said} (a feature map); "
+
+
+def _written(rec, node) -> str:
+    """What a write into the attention's weights (t[...] = c, a hook's ablation) set, read from the values: the slices
+    of an axis it left all zero (a head's, where the axis holds the heads), else that values were written."""
+    value = rec.values.get(node.index)
+    heads = {a.heads for a in rec.attentions if a.heads}
+    for k in range(1, value.ndim if isinstance(value, torch.Tensor) else 0):
+        zeros = [i for i in range(value.shape[k]) if not value.select(k, i).any()]
+        if zeros and len(zeros) < value.shape[k]:
+            which = ", ".join(map(str, zeros))
+            head = value.shape[k] in heads and value.ndim == 4 and k == 1  # (batch, head, query, key)
+            of = f"head {which}'s attention weights" if head else f"the attention weights at {which} of axis {k}"
+            return f"__setitem__ sets {of} to 0 (a zero-ablation)"
+    return "__setitem__ writes values over the attention weights"
 
 
 def _per_input(value: torch.Tensor) -> bool:
@@ -443,9 +462,18 @@ def _weightless_norm(rec) -> tuple | None:
         if normed is not None and not any(map(_learned, scales)):
             if node.op == "normalize":  # x / max(|x|_2, eps)
                 return node.module, "F.normalize(x) scales each vector to unit length (L2), without a weight"
-            said = f"{node.op}(x)" if node.op in NORMS else f"x * {node.op}(mean(x^2) + eps)"
-            return node.module, f"{said} normalises without a weight (no learned scale)"
+            return node.module, f"{_by_hand(node, normed)} normalises without a weight (no learned scale)"
     return None
+
+
+def _by_hand(root_op, normed) -> str:
+    """A norm as written: torch's op by name, else x (x - mean(x) where the mean is subtracted first: a LayerNorm's)
+    multiplied or divided by the root."""
+    if root_op.op in NORMS:
+        return f"{root_op.op}(x)"
+    centred = any(p.op in DF.SUBS and any(q.op == "mean" for q in p.parents) for p in normed.parents)
+    x, m = ("(x - mean(x))", "var(x)") if centred else ("x", "mean(x^2)")
+    return f"{x} {'*' if normed.op in DF.MULS else '/'} {root_op.op}({m} + eps)"
 
 
 def _centred_head_norm(rec) -> tuple | None:

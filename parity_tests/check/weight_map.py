@@ -41,8 +41,8 @@ class MapEntry(tuple):
 def note(link: Link) -> str:
     """The link's layout as the report prints it and _from_note reads back: "as is", "rows a:b", "fused rows q, k, v",
     "after N unread rows", "minus 1 (...)"; then ", transposed", ", split into H heads" (a 3-axis tensor; ", each
-    transposed": (H, in, Dh)), ", RoPE pairs interleaved (head size Dh)" or ", q/k features of each head in the order
-    o_0 o_1 ..." (Link.rope_order)."""
+    transposed": (H, in, Dh); ", stored in the axis order a b c": Link.axes), ", RoPE pairs interleaved (head size
+    Dh)" or ", q/k features of each head in the order o_0 o_1 ..." (Link.rope_order)."""
     roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in link.parts if "." in n]
     if len(set(roles)) > 1 and len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's, head by head
         text = f"fused rows {', '.join(roles[:3])}, head by head"
@@ -57,6 +57,7 @@ def note(link: Link) -> str:
     else:
         text = "minus 1 (scaled by 1 + weight)" if link.minus_one else ""
     split = f"split into {link.heads} heads" + ", each transposed" * link.each_transposed if link.heads else ""
+    split += f", stored in the axis order {' '.join(map(str, link.axes))}" * bool(link.axes)
     text = ", ".join(t for t in (text, "transposed" * link.transposed, split) if t) or "as is"
     order = f", q/k features of each head in the order {' '.join(map(str, link.rope_order))}" * bool(link.rope_order)
     return text + (f", RoPE pairs interleaved (head size {link.rope_pairs})" if link.rope_pairs else order)
@@ -130,7 +131,9 @@ def _from_note(user: str, ref: str, note: str) -> Link:
     else:
         parts = [(ref, None)]
     transposed = "transposed" in (note.replace(heads[0], "") if heads else note)
-    layout = dict(heads=int(heads[1]), each_transposed=bool(heads[2])) if heads else {}
+    layout: dict = dict(heads=int(heads[1]), each_transposed=bool(heads[2])) if heads else {}
+    axes = re.search(r"stored in the axis order ([\d ]+)", note)
+    layout |= {"axes": tuple(map(int, axes[1].split()))} if axes else {}
     layout |= {"rope_order": tuple(map(int, order.split()))} if order else {}
     return Link(user, parts, transposed, pairs, offset, note.startswith("minus 1"), **layout)
 

@@ -10,7 +10,8 @@ words: each must get one of the four answers, never an exception.
   mix them), and one whose second feed-forward norm alone takes 1e-6: the reference has one layer_norm_eps for every
   norm (the model's most common), so each is said at the odd norm with both values; every norm at 1e-6 passes;
 - the GPT without any norm: each of the reference's layers normalises, so it is said at the first layer; without
-  feed-forward blocks (attention alone): "could not judge: ...; pass mapping=", as before;
+  feed-forward blocks (attention alone): "could not judge: no feed-forward block ...", no mapping= suggested (none
+  stands for math the module lacks; since fresh28);
 - a GPT whose feed-forward down projection is a buffer (a frozen weight) applied by F.linear: not a weight the judge
   reads, said as such (before: a KeyError).
 
@@ -165,7 +166,7 @@ CASES = [
         lambda: stripped_lm("mlp"),
         "transformer_lm",
         {},
-        ("could not judge", "", "no feed-forward block of the module is left for the reference's decoder.layers.0.ffn"),
+        ("could not judge", "", "no feed-forward block in the module's layers (attention alone: h.0.attn, h.1.attn)"),
     ),
     ("keyed_lm.no_norms", lambda: stripped_lm("norms"), "transformer_lm", {}, ("no pair", "h.0", "no norm with a")),
     (
