@@ -116,6 +116,8 @@ class _Recorder(TorchFunctionMode):
         if isinstance(func, torch._ops.OpOverload):  # an exported graph's aten.view.default: "view" (aten's order)
             name = func.overloadpacket.__name__
             args = (args[1], args[0], *args[2:]) if name == "embedding" else args  # aten's (weight, ids)
+        if name == "tensordot":  # read as the einsum it is: tensordot(x, w, ([2], [1])) is "abc,dc->abd"
+            name, args, kwargs = "einsum", (_tensordot_equation(*args, **kwargs), *args[:2]), {}
         number = name in ADDS | MULS | DIVS  # a one-number buffer there is read as the number it holds
         parents = self._parents(
             name, [a for a in flat if isinstance(a, torch.Tensor) and not (number and self._held(a))]
@@ -186,6 +188,21 @@ class _Recorder(TorchFunctionMode):
 
     def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
         return self._add(Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o)))
+
+
+def _tensordot_equation(a: torch.Tensor, b: torch.Tensor, dims=2, **_) -> str:
+    """The einsum equation of torch.tensordot(a, b, dims): `dims` a count (a's last axes with b's first) or two
+    lists of axes paired in order; the result a's free axes, then b's."""
+    if isinstance(dims, torch.Tensor):
+        dims = dims.tolist()
+    pairs = (range(a.dim() - dims, a.dim()), range(dims)) if isinstance(dims, int) else dims
+    axes = [[ds] if isinstance(ds, int) else list(ds) for ds in pairs]
+    left, right = [d % a.dim() for d in axes[0]], [d % b.dim() for d in axes[1]]
+    x, y = list("abcdefghijklm"[: a.dim()]), list("nopqrstuvwxyz"[: b.dim()])
+    for i, j in zip(left, right, strict=True):
+        y[j] = x[i]
+    free = [c for k, c in enumerate(x) if k not in left] + [c for k, c in enumerate(y) if k not in right]
+    return f"{''.join(x)},{''.join(y)}->{''.join(free)}"
 
 
 def _in_place(name: str) -> bool:

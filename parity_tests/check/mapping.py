@@ -204,7 +204,9 @@ def _as_read(found: Structure, module: nn.Module, flow) -> None:
             found.pieces.remove(piece)  # not read as a projection: refused where a unit needs it (units._pieces)
         else:
             piece.out_features, piece.in_features, piece.transposed, piece.heads, piece.each_transposed = layout
-    _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None})
+    placed = {n for x in found.norms + found.pieces for n in (x.weight, x.bias)} | set(found.orphans)
+    loose = {n for n, p in module.named_parameters() if p.ndim == 1 and n not in placed}  # no name paired them
+    _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None}, loose)
 
 
 def _rows_summed(flow, weight: str, shape: tuple) -> bool | None:
@@ -254,10 +256,11 @@ def _shift_of(nodes: list) -> str | None:
     return seen.param if seen is not None and seen.param is not None and len(seen.shape) == 1 else None
 
 
-def _shifts_as_added(found: Structure, flow, named: dict) -> None:
+def _shifts_as_added(found: Structure, flow, named: dict, loose: set) -> None:
     """The 1-D shifts as the forward uses them, where the names left them paired otherwise (a ParameterDict's sorted
-    keys, a `_kernel` and its `_bias`): F.multi_head_attention_forward's bias arguments (`named`: {weight: bias}, a
-    packed one q, k and v's, however named), F.layer_norm's weight with its bias, a projection's output plus a bias."""
+    keys, a `_kernel` and its `_bias`) or not at all (`loose`: TF's `bdense`): F.multi_head_attention_forward's bias
+    arguments (`named`: {weight: bias}, a packed one q, k and v's, however named), F.layer_norm's weight with its
+    bias, a projection's output plus a bias."""
     pairs: dict = dict(named)
     for n in flow.nodes:
         params = [r.param for r in map(DF.root, n.parents) if r.param is not None and len(r.shape) == 1]
@@ -268,6 +271,7 @@ def _shifts_as_added(found: Structure, flow, named: dict) -> None:
         if weight is not None and len(params) == 1:
             pairs.setdefault(weight, params[0])
     free = set(found.orphans) | {n.bias for n in found.norms if n.bias} | {p.bias for p in found.pieces if p.bias}
+    free |= loose
     free |= set(named.values()) - {n.weight for n in found.norms}
     held = [x for x in found.norms + found.pieces if x.weight in pairs and pairs[x.weight] in free]
     claimed = {pairs[x.weight] for x in held}
