@@ -156,6 +156,9 @@ class _Recorder(TorchFunctionMode):
             return _rows_read(args[1], args[0].shape)
         if name in MHA | {SDPA}:
             return _attention_args(name, args, kwargs)
+        if name in ("layer_norm", "rms_norm"):  # the eps it was called with (F.layer_norm's default 1e-5)
+            eps = kwargs.get("eps", args[4] if len(args) > 4 else 1e-5 if name == "layer_norm" else None)
+            return float(eps) if eps is not None else None
         if name == "baddbmm":  # how much of the tensor it adds (0: none, HF's scores on an empty tensor)
             return float(kwargs.get("beta", 1))
         if name in ADDS | MULS | DIVS and parents == 1:  # a number added (Gemma's 1 + weight), multiplied by

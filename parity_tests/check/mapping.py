@@ -172,8 +172,13 @@ def _scales_read(found: Structure, module: nn.Module, flow) -> None:
 
 
 def _eps_added(flow, weight: str) -> float | None:
-    """The number a norm scaled by `weight` adds under its root, as the forward ran it: x * rsqrt(mean(x^2) + eps)
-    * weight, x / sqrt(var + eps) * weight (a plain function's default eps that no module holds); else None."""
+    """The number a norm scaled by `weight` adds under its root, as the forward ran it: F.layer_norm's (or
+    F.rms_norm's) eps, x * rsqrt(mean(x^2) + eps) * weight, x / sqrt(var + eps) * weight (a plain function's default
+    eps that no module holds); else None."""
+    norms = [n for n in flow.nodes if n.op in ("layer_norm", "rms_norm") and len(n.parents) > 1]
+    called = next((n.value for n in norms if DF.root(n.parents[1]).param == weight), None)
+    if isinstance(called, float):
+        return called
     scaled = next((n for n in flow.nodes if n.op in DF.MULS and weight in {DF.root(p).param for p in n.parents}), None)
     factors = DF.MULS | DF.DIVS | DF.VIEWS | {"rsqrt", "sqrt"}
     near = DF.walk([scaled] if scaled else [], lambda n: [p for p in n.parents if p.op in factors])
@@ -206,7 +211,11 @@ def _as_read(found: Structure, module: nn.Module, flow) -> None:
             piece.out_features, piece.in_features, piece.transposed, piece.heads, piece.each_transposed = layout
     placed = {n for x in found.norms + found.pieces for n in (x.weight, x.bias)} | set(found.orphans)
     loose = {n for n, p in module.named_parameters() if p.ndim == 1 and n not in placed}  # no name paired them
-    _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None}, loose)
+    products = {DF.projection(n) for n in flow.nodes if n.op in DF.PRODUCTS}
+    unread = {p.weight: p for p in found.pieces if p.weight not in products | flow.lookups}  # Keras' (N, Dh) bias
+    _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None}, loose | set(unread))
+    found.pieces[:] = [p for p in found.pieces if p.weight not in unread or p.weight in found.orphans]
+    found.orphans[:] = [n for n in found.orphans if n not in unread]
 
 
 def _rows_summed(flow, weight: str, shape: tuple) -> bool | None:
@@ -262,18 +271,24 @@ def _shifts_as_added(found: Structure, flow, named: dict, loose: set) -> None:
     arguments (`named`: {weight: bias}, a packed one q, k and v's, however named), F.layer_norm's weight with its
     bias, a projection's output plus a bias."""
     pairs: dict = dict(named)
+    size: dict = {}
     for n in flow.nodes:
-        params = [r.param for r in map(DF.root, n.parents) if r.param is not None and len(r.shape) == 1]
+        seen = [r for r in map(DF.root, n.parents) if r.param is not None]
+        params = [r.param for r in seen if len(r.shape) == 1]
         if n.op == "layer_norm" and len(params) == 2:
             pairs.setdefault(params[0], params[1])
         summed = DF.walk(n.parents, lambda t: t.parents if t.op in DF.ADDS else []) if n.op in DF.ADDS else []
         weight = next(filter(None, map(DF.projection, summed)), None)  # the nearest term of the sum: (x + h W) + b
-        if weight is not None and len(params) == 1:
-            pairs.setdefault(weight, params[0])
+        trailing = [r for r in seen if r.shape == n.shape[len(n.shape) - len(r.shape) :]]  # laid out as the output
+        if weight is not None and len(trailing) == 1:
+            pairs.setdefault(weight, trailing[0].param)
+            size[trailing[0].param] = math.prod(trailing[0].shape)
     free = set(found.orphans) | {n.bias for n in found.norms if n.bias} | {p.bias for p in found.pieces if p.bias}
     free |= loose
     free |= set(named.values()) - {n.weight for n in found.norms}
-    held = [x for x in found.norms + found.pieces if x.weight in pairs and pairs[x.weight] in free]
+    fits = {p.weight for p in found.pieces if size.get(pairs.get(p.weight), p.out_features) == p.out_features}
+    fits |= {n.weight for n in found.norms}
+    held = [x for x in found.norms + found.pieces if x.weight in pairs and pairs[x.weight] in free and x.weight in fits]
     claimed = {pairs[x.weight] for x in held}
     for x in found.norms + found.pieces:
         x.bias = pairs[x.weight] if x in held else None if x.bias in claimed else x.bias
