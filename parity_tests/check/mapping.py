@@ -269,7 +269,7 @@ def _shifts_as_added(found: Structure, flow, named: dict, loose: set) -> None:
     """The 1-D shifts as the forward uses them, where the names left them paired otherwise (a ParameterDict's sorted
     keys, a `_kernel` and its `_bias`) or not at all (`loose`: TF's `bdense`): F.multi_head_attention_forward's bias
     arguments (`named`: {weight: bias}, a packed one q, k and v's, however named), F.layer_norm's weight with its
-    bias, a projection's output plus a bias."""
+    bias, a projection's output plus a bias, a scaled output plus a shift (a norm written out: x_hat * w + b)."""
     pairs: dict = dict(named)
     size: dict = {}
     for n in flow.nodes:
@@ -283,6 +283,9 @@ def _shifts_as_added(found: Structure, flow, named: dict, loose: set) -> None:
         if weight is not None and len(trailing) == 1:
             pairs.setdefault(weight, trailing[0].param)
             size[trailing[0].param] = math.prod(trailing[0].shape)
+        scales = [r.param for p in n.parents if p.op in DF.MULS for r in map(DF.root, p.parents) if r.param]
+        if n.op in DF.ADDS and len(params) == 1 and len(scales) == 1:  # a hand norm's x_hat * weight + bias
+            pairs.setdefault(scales[0], params[0])
     free = set(found.orphans) | {n.bias for n in found.norms if n.bias} | {p.bias for p in found.pieces if p.bias}
     free |= loose
     free |= set(named.values()) - {n.weight for n in found.norms}
