@@ -22,7 +22,7 @@ from numpy_transformer import model as M
 from . import calling as C
 from . import reference as R
 from . import variants as VR
-from .dataflow import VIEWS, hooked, walk
+from .dataflow import VIEWS, hooked, unvmapped, walk
 from .diagnosis import MATCH, Diagnosis, _error, departs
 from .mapping import pair_order
 from .matchers import match, match_attention, match_embedding, match_unit
@@ -114,7 +114,8 @@ def attention_place(links, unit: str, target: str) -> str:
 
 
 def capture(check, choice, dtype=np.float64) -> dict:
-    """Run the user's copy in `dtype` once with forward hooks on the modules hook_targets finds: unit -> its Call."""
+    """Run the user's copy in `dtype` once with forward hooks on the modules hook_targets finds: unit -> its Call;
+    torch.vmap run as the loop it means (a part called on one sequence at a time: its calls stacked, `batched`)."""
     modules = dict(copy_of(check, choice.layout, dtype).named_modules())
     targets = hook_targets(check, choice.layout.links)
     calls: dict = {}
@@ -124,7 +125,7 @@ def capture(check, choice, dtype=np.float64) -> dict:
             Call(module, *tree_map(lambda t: t.detach().clone() if torch.is_tensor(t) else t, call))
         )
 
-    with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], keep):
+    with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], keep), unvmapped():
         run_user(check, choice.layout, choice.caller, dtype)
     B, T = next(iter(choice.probe.ids.values())).shape if choice.probe.ids else (0, 0)
     return {u: batched(c, B, T, choice.caller.batch_first) for u, c in calls.items()}

@@ -212,10 +212,10 @@ def _as_read(found: Structure, module: nn.Module, flow) -> None:
     placed = {n for x in found.norms + found.pieces for n in (x.weight, x.bias)} | set(found.orphans)
     loose = {n for n, p in module.named_parameters() if p.ndim == 1 and n not in placed}  # no name paired them
     products = {DF.projection(n) for n in flow.nodes if n.op in DF.PRODUCTS}
-    unread = {p.weight: p for p in found.pieces if p.weight not in products | flow.lookups}  # Keras' (N, Dh) bias
-    _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None}, loose | set(unread))
-    found.pieces[:] = [p for p in found.pieces if p.weight not in unread or p.weight in found.orphans]
-    found.orphans[:] = [n for n in found.orphans if n not in unread]
+    unread = {p.weight for p in found.pieces if p.weight not in products | flow.lookups}  # Keras' (N, Dh) bias
+    _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None}, loose | unread)
+    biases = {p.bias for p in found.pieces}
+    found.pieces[:] = [p for p in found.pieces if p.weight not in biases]
 
 
 def _rows_summed(flow, weight: str, shape: tuple) -> bool | None:
@@ -297,7 +297,7 @@ def _shifts_as_added(found: Structure, flow, named: dict, loose: set) -> None:
         x.bias = pairs[x.weight] if x in held else None if x.bias in claimed else x.bias
     for norm in found.norms:
         norm.kind = "layer" if norm.bias or norm.kind == "layer" and norm.weight in pairs else norm.kind
-    found.orphans[:] = sorted(free - {x.bias for x in found.norms + found.pieces})
+    found.orphans[:] = sorted(free - loose - {x.bias for x in found.norms + found.pieces})  # the loose stay unread
 
 
 def _indexed(found: Structure, module: nn.Module, flow) -> None:
