@@ -136,8 +136,6 @@ TODAY |= {  # fresh30: weights used through a transform
 }
 TODAY |= {  # fresh34: what the judge said when it first met each case it gets wrong
     "flax_nnx_lm.query_scaled_twice_second_layer": "unexplained (the module): the (N, H) biases unread",
-    "eqx_vmap_lm.softmax_axis_0_second_block": "could not judge: a hooked output captured inside torch.vmap escaped",
-    "eqx_vmap_lm.mask_of_ids_shape": "could not judge: a hooked output captured inside torch.vmap escaped",
 }
 
 
