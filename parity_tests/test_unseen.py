@@ -134,9 +134,6 @@ TODAY |= {  # fresh30: weights used through a transform
     "logscale_llama.eps_outside_root_second_layer": "differs at layers.0.input_layernorm: without a weight",
     "int8_gpt.activations_rounded_second_block": "unexplained: h.1.mlp diverges; no id, the rounding not named",
 }
-TODAY |= {  # fresh34: what the judge said when it first met each case it gets wrong
-    "flax_nnx_lm.query_scaled_twice_second_layer": "unexplained (the module): the (N, H) biases unread",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

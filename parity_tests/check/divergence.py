@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from numpy_transformer import model as M
 
 from . import calling as C
+from . import dataflow as DF
 from . import reference as R
 from . import variants as VR
 from .dataflow import VIEWS, hooked, unvmapped, walk
@@ -87,6 +88,8 @@ def hook_targets(check, links) -> dict:
         others = [p for u, ps in paths.items() if not _inside(u, unit) and not _inside(unit, u) for p in ps]
         if not any(_inside(p, owner) for p in others):
             targets[unit] = owner
+        elif not any(_inside(p, _lca(sorted(own))) for p in others):  # a container no code calls: read from the flow
+            targets[unit] = _lca(sorted(own))
     for unit, path in _out_projections(links).items():
         if unit not in targets and isinstance(modules.get(path), nn.Linear):
             targets[unit] = path
@@ -128,7 +131,30 @@ def capture(check, choice, dtype=np.float64) -> dict:
     with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], keep), unvmapped():
         run_user(check, choice.layout, choice.caller, dtype)
     B, T = next(iter(choice.probe.ids.values())).shape if choice.probe.ids else (0, 0)
+    uncalled = {u: p for u, p in targets.items() if u not in calls and isinstance(modules.get(p), CONTAINERS)}
+    if uncalled:  # containers no code calls (Flax's params tree): their attentions read from the recorded forward
+        flow = DF.record(lambda: run_user(check, choice.layout, choice.caller, dtype), modules[""])
+        calls |= {u: [c] for u, p in uncalled.items() if (c := _attention_call(flow, p, modules[p])) is not None}
     return {u: batched(c, B, T, choice.caller.batch_first) for u, c in calls.items()}
+
+
+def _attention_call(flow, path: str, module) -> Call | None:
+    """The Call of the attention whose weights sit in the container at `path`, as the recorded forward ran it: its
+    input the tensor its query projection reads, its output its output projection's (plus the bias added to it)."""
+    held = {id(a): _lca([w.rpartition(".")[0] for w in a.q + a.k + a.v + a.out]) for a in flow.attentions}
+    mine = next((a for a in flow.attentions if a.out_node is not None and held[id(a)] == path), None)
+    if mine is None or not mine.q:
+        return None
+    read = next((n for n in flow.nodes if n.op in DF.PRODUCTS and DF.projection(n) == mine.q[0]), None)
+    given = [p for p in read.parents if DF.weight_of(p) != mine.q[0]] if read is not None else []
+    out = mine.out_node
+    bias = [
+        c for c in out.children if c.op in DF.ADDS and any(_inside(DF.root(p).param or "", path) for p in c.parents)
+    ]
+    out = bias[0] if bias else out
+    if not given or given[0].index not in flow.values or out.index not in flow.values:
+        return None
+    return Call(module, (flow.values[given[0].index],), {}, flow.values[out.index])
 
 
 def batched(calls: list, B: int, T: int, batch_first: bool) -> Call:
