@@ -6,7 +6,8 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
 (t[i] = x, copy_ or index_put_ into it or into a view of it) is read later as computed from what was written too. What
 `Flow` reads:
 
-- a projection is a product (linear, matmul, einsum, conv1d, addmm, ...) that reads a parameter of 2 or more axes;
+- a projection is a product (linear, matmul, einsum (tensordot as one), conv1d, addmm, ...) that reads a parameter of
+  2 or more axes;
 - attention: the scores are the product a softmax reads (through scaling, masking, casts); Q and K its two
   operands, V the other operand of the product the probabilities feed (scaled_dot_product_attention names the
   three), each traced back through reshapes, rotations and norms to its projections (a 1-D parameter met on the
