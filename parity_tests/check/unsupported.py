@@ -794,10 +794,8 @@ def _mask_by_row(rec) -> tuple | None:
 def _spans(keys) -> str:
     """The positions where `keys` (booleans) is True, as runs: "0 .. 2, 5"."""
     where = torch.nonzero(keys).flatten().tolist()
-    runs = [[where[0], where[0]]] if where else []
-    for i in where[1:]:
-        runs[-1][1], runs = (i, runs) if i == runs[-1][1] + 1 else (runs[-1][1], runs + [[i, i]])
-    return ", ".join(f"{a}" if a == b else f"{a} .. {b}" for a, b in runs) or "none"
+    starts, ends = [i for i in where if i - 1 not in where], [i for i in where if i + 1 not in where]
+    return ", ".join(f"{a}" if a == b else f"{a} .. {b}" for a, b in zip(starts, ends, strict=True)) or "none"
 
 
 def _norm_after_rotary(rec) -> tuple | None:
