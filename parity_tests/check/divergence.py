@@ -88,8 +88,8 @@ def hook_targets(check, links) -> dict:
         others = [p for u, ps in paths.items() if not _inside(u, unit) and not _inside(unit, u) for p in ps]
         if not any(_inside(p, owner) for p in others):
             targets[unit] = owner
-        elif not any(_inside(p, _lca(sorted(own))) for p in others):  # a container no code calls: read from the flow
-            targets[unit] = _lca(sorted(own))
+        elif unit.endswith("_attn") and not any(_inside(p, _lca(sorted(own))) for p in others):
+            targets[unit] = _lca(sorted(own))  # an attention in a container no code calls: read from the flow (capture)
     for unit, path in _out_projections(links).items():
         if unit not in targets and isinstance(modules.get(path), nn.Linear):
             targets[unit] = path
