@@ -75,7 +75,8 @@ def _held(links) -> list:
 def hook_targets(check, links) -> dict:
     """reference unit (or layer) prefix -> the user's module path that computes exactly it, for the units that
     have one: the deepest module that runs holding all its parameters and none of another unit's; else an
-    attention's output projection (BERT's attention.output.dense beside the norm)."""
+    attention's output projection (BERT's attention.output.dense beside the norm), else the container holding the
+    attention's parameters alone."""
     modules, paths = _modules(check), {}
     for ref, path in _held(links):
         parts = unit_of(ref).split(".")
@@ -88,11 +89,13 @@ def hook_targets(check, links) -> dict:
         others = [p for u, ps in paths.items() if not _inside(u, unit) and not _inside(unit, u) for p in ps]
         if not any(_inside(p, owner) for p in others):
             targets[unit] = owner
-        elif unit.endswith("_attn") and not any(_inside(p, _lca(sorted(own))) for p in others):
-            targets[unit] = _lca(sorted(own))  # an attention in a container no code calls: read from the flow (capture)
     for unit, path in _out_projections(links).items():
         if unit not in targets and isinstance(modules.get(path), nn.Linear):
             targets[unit] = path
+    for unit, own in paths.items():  # an attention in a container no code calls (Flax's tree): capture reads the flow
+        others = [p for u, ps in paths.items() if not _inside(u, unit) and not _inside(unit, u) for p in ps]
+        if unit.endswith("_attn") and unit not in targets and not any(_inside(p, _lca(sorted(own))) for p in others):
+            targets[unit] = _lca(sorted(own))
     return targets
 
 
