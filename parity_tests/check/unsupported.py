@@ -776,6 +776,7 @@ def _mask_by_row(rec) -> tuple | None:
     looked = [n for n, t in zip(lookups, tables, strict=True) if t is not None and t == tables[0]]
     rows = [(n.index, row) for n in looked for row in np.atleast_2d(n.value)]
     softmaxes = [n for n in rec.nodes if n.op in DF.SOFTMAX and n.index in rec.values and len(n.shape) >= 2]
+    softmaxes = softmaxes if rows else []  # no ids read: none to tell a padding mask by
     for n in softmaxes:
         probabilities = rec.values[n.index].detach()
         before = [b for b, (i, _) in enumerate(rows) if i < n.index]
