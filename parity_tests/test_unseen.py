@@ -79,15 +79,6 @@ TODAY |= {  # fresh32
     "learner_marian.buffered_positions": "could not judge: the sin | cos buffer read as a rotary table of width 32",
     "learner_marian.floor_division_frequencies": "unexplained at encoder.embed_tokens, positional='rope' assumed",
 }
-TODAY |= dict.fromkeys(  # fresh28: the hooked LayerNorm's w read as an RMSNorm scale, its b left unmapped
-    (
-        "tl_hooked", "tl_hooked.logit_lens", "tl_hooked.z_reshaped_without_permute_second_block",
-        "tl_hooked.attn_scale_d_model_second_block", "tl_hooked.ignore_where_not_future_second_block",
-        "tl_hooked.pattern_softmax_over_queries_second_block",
-        "tl_hooked.logit_lens.pattern_softmax_over_queries_second_block",
-    ),
-    "unexplained at blocks.0.ln1 (the norm's w read as an RMSNorm scale, its b unmapped)",
-)  # fmt: skip
 TODAY |= dict.fromkeys(  # fresh28: forward hooks of the user's own in the judge's copy
     (
         "tl_hooked.caching_hooks", "tl_hooked.caching_hooks.ignore_where_not_future_second_block",
