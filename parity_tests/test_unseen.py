@@ -81,23 +81,6 @@ TODAY |= {  # fresh30: weights used through a transform
     "logscale_llama.eps_outside_root_second_layer": "differs at layers.0.input_layernorm: without a weight",
     "int8_gpt.activations_rounded_second_block": "unexplained: h.1.mlp diverges; no id, the rounding not named",
 }
-TODAY |= {  # fresh34: what the judge said when it first met each case it gets wrong
-    "flax_nnx_lm": "unexplained (the module): the (N, H) q/k/v biases unread, F.layer_norm's eps=1e-6 read as 1e-5",
-    "flax_nnx_lm.scores_einsum_axes_exchanged_second_layer": "unexplained (the module): the (N, H) biases unread",
-    "flax_nnx_lm.query_scaled_twice_second_layer": "unexplained (the module): the (N, H) biases unread",
-    "keras_gpt": "unexplained: the EinsumDense (N, key_dim) q/k/v biases unread (held at zero)",
-    "keras_gpt.eps_outside_root_second_block": "unexplained: the (N, key_dim) q/k/v biases unread",
-    "keras_gpt.look_ahead_mask_second_block": "unexplained: the (N, key_dim) q/k/v biases unread",
-    "eqx_vmap_lm.softmax_axis_0_second_block": "could not judge: a hooked output captured inside torch.vmap escaped",
-    "eqx_vmap_lm.mask_of_ids_shape": "could not judge: a hooked output captured inside torch.vmap escaped",
-    "tinygrad_gpt": "could not judge: the hand norm on loose ln_1_w / ln_1_b unread, ln_1_b linked to output_proj.bias",
-    "tinygrad_gpt.wo_read_transposed_second_block": "could not judge: h.0.ln_1_b linked to output_proj.bias",
-    "tinygrad_gpt.softmax_without_max_second_block": "could not judge: h.0.ln_1_b linked to output_proj.bias",
-    "tf_encoder": "differs at enc_layers.0: q, k, v 'no projection's output' (torch.tensordot not read as one)",
-    "tf_encoder.wv_read_in_out_second_layer": "differs at enc_layers.0: tensordot not read as a projection",
-    "tf_encoder.padding_mask_inverted_second_layer": "differs at enc_layers.0: tensordot not read as a projection",
-    "tf_encoder.padding_added_on_queries_second_layer": "differs at enc_layers.0: tensordot not read as a projection",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

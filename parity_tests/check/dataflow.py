@@ -6,7 +6,8 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
 (t[i] = x, copy_ or index_put_ into it or into a view of it) is read later as computed from what was written too. What
 `Flow` reads:
 
-- a projection is a product (linear, matmul, einsum, conv1d, addmm, ...) that reads a parameter of 2 or more axes;
+- a projection is a product (linear, matmul, einsum (tensordot as one), conv1d, addmm, ...) that reads a parameter of
+  2 or more axes;
 - attention: the scores are the product a softmax reads (through scaling, masking, casts); Q and K its two
   operands, V the other operand of the product the probabilities feed (scaled_dot_product_attention names the
   three), each traced back through reshapes, rotations and norms to its projections (a 1-D parameter met on the
@@ -116,6 +117,8 @@ class _Recorder(TorchFunctionMode):
         if isinstance(func, torch._ops.OpOverload):  # an exported graph's aten.view.default: "view" (aten's order)
             name = func.overloadpacket.__name__
             args = (args[1], args[0], *args[2:]) if name == "embedding" else args  # aten's (weight, ids)
+        if name == "tensordot":  # read as the einsum it is: tensordot(x, w, ([2], [1])) is "abc,dc->abd"
+            name, args, kwargs = "einsum", (_tensordot_equation(*args, **kwargs), *args[:2]), {}
         number = name in ADDS | MULS | DIVS  # a one-number buffer there is read as the number it holds
         parents = self._parents(
             name, [a for a in flat if isinstance(a, torch.Tensor) and not (number and self._held(a))]
@@ -165,6 +168,9 @@ class _Recorder(TorchFunctionMode):
             return _attention_args(name, args, kwargs)
         if name in ("softmax", "_softmax"):  # the axis it normalises
             return kwargs.get("dim", args[1] if len(args) > 1 else None)
+        if name in ("layer_norm", "rms_norm"):  # the eps it was called with (F.layer_norm's default 1e-5)
+            eps = kwargs.get("eps", args[4] if len(args) > 4 else 1e-5 if name == "layer_norm" else None)
+            return float(eps) if eps is not None else None
         if name == "baddbmm":  # how much of the tensor it adds (0: none, HF's scores on an empty tensor)
             return float(kwargs.get("beta", 1))
         if name in ADDS | MULS | DIVS and parents == 1:  # a number added (Gemma's 1 + weight), multiplied by
@@ -197,6 +203,21 @@ class _Recorder(TorchFunctionMode):
 
     def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
         return self._add(Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o)))
+
+
+def _tensordot_equation(a: torch.Tensor, b: torch.Tensor, dims=2, **_) -> str:
+    """The einsum equation of torch.tensordot(a, b, dims): `dims` a count (a's last axes with b's first) or two
+    lists of axes paired in order; the result a's free axes, then b's."""
+    if isinstance(dims, torch.Tensor):
+        dims = dims.tolist()
+    pairs = (range(a.dim() - dims, a.dim()), range(dims)) if isinstance(dims, int) else dims
+    axes = [[ds] if isinstance(ds, int) else list(ds) for ds in pairs]
+    left, right = [d % a.dim() for d in axes[0]], [d % b.dim() for d in axes[1]]
+    x, y = list("abcdefghijklm"[: a.dim()]), list("nopqrstuvwxyz"[: b.dim()])
+    for i, j in zip(left, right, strict=True):
+        y[j] = x[i]
+    free = [c for k, c in enumerate(x) if k not in left] + [c for k, c in enumerate(y) if k not in right]
+    return f"{''.join(x)},{''.join(y)}->{''.join(free)}"
 
 
 def _in_place(name: str) -> bool:

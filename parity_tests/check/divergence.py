@@ -20,9 +20,10 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from numpy_transformer import model as M
 
 from . import calling as C
+from . import dataflow as DF
 from . import reference as R
 from . import variants as VR
-from .dataflow import DIVS, MULS, VIEWS, hooked, root, walk
+from .dataflow import DIVS, MULS, VIEWS, hooked, root, unvmapped, walk
 from .diagnosis import MATCH, Diagnosis, _error, departs
 from .mapping import pair_order
 from .matchers import match, match_attention, match_embedding, match_unit
@@ -74,7 +75,8 @@ def _held(links) -> list:
 def hook_targets(check, links) -> dict:
     """reference unit (or layer) prefix -> the user's module path that computes exactly it, for the units that
     have one: the deepest module that runs holding all its parameters and none of another unit's; else an
-    attention's output projection (BERT's attention.output.dense beside the norm)."""
+    attention's output projection (BERT's attention.output.dense beside the norm), else the container holding the
+    attention's parameters alone."""
     modules, paths = _modules(check), {}
     for ref, path in _held(links):
         parts = unit_of(ref).split(".")
@@ -90,6 +92,10 @@ def hook_targets(check, links) -> dict:
     for unit, path in _out_projections(links).items():
         if unit not in targets and isinstance(modules.get(path), nn.Linear):
             targets[unit] = path
+    for unit, own in paths.items():  # an attention in a container no code calls (Flax's tree): capture reads the flow
+        others = [p for u, ps in paths.items() if not _inside(u, unit) and not _inside(unit, u) for p in ps]
+        if unit.endswith("_attn") and unit not in targets and not any(_inside(p, _lca(sorted(own))) for p in others):
+            targets[unit] = _lca(sorted(own))
     return targets
 
 
@@ -114,7 +120,8 @@ def attention_place(links, unit: str, target: str) -> str:
 
 
 def capture(check, choice, dtype=np.float64) -> dict:
-    """Run the user's copy in `dtype` once with forward hooks on the modules hook_targets finds: unit -> its Call."""
+    """Run the user's copy in `dtype` once with forward hooks on the modules hook_targets finds: unit -> its Call;
+    torch.vmap run as the loop it means (a part called on one sequence at a time: its calls stacked, `batched`)."""
     modules = dict(copy_of(check, choice.layout, dtype).named_modules())
     targets = hook_targets(check, choice.layout.links)
     calls: dict = {}
@@ -124,10 +131,33 @@ def capture(check, choice, dtype=np.float64) -> dict:
             Call(module, *tree_map(lambda t: t.detach().clone() if torch.is_tensor(t) else t, call))
         )
 
-    with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], keep):
+    with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], keep), unvmapped():
         run_user(check, choice.layout, choice.caller, dtype)
     B, T = next(iter(choice.probe.ids.values())).shape if choice.probe.ids else (0, 0)
+    uncalled = {u: p for u, p in targets.items() if u not in calls and isinstance(modules.get(p), CONTAINERS)}
+    if uncalled:  # containers no code calls (Flax's params tree): their attentions read from the recorded forward
+        flow = DF.record(lambda: run_user(check, choice.layout, choice.caller, dtype), modules[""])
+        calls |= {u: [c] for u, p in uncalled.items() if (c := _attention_call(flow, p, modules[p])) is not None}
     return {u: batched(c, B, T, choice.caller.batch_first) for u, c in calls.items()}
+
+
+def _attention_call(flow, path: str, module) -> Call | None:
+    """The Call of the attention whose weights sit in the container at `path`, as the recorded forward ran it: its
+    input the tensor its query projection reads, its output its output projection's (plus the bias added to it)."""
+    held = {id(a): _lca([w.rpartition(".")[0] for w in a.q + a.k + a.v + a.out]) for a in flow.attentions}
+    mine = next((a for a in flow.attentions if a.out_node is not None and held[id(a)] == path), None)
+    if mine is None or not mine.q:
+        return None
+    read = next((n for n in flow.nodes if n.op in DF.PRODUCTS and DF.projection(n) == mine.q[0]), None)
+    given = [p for p in read.parents if DF.weight_of(p) != mine.q[0]] if read is not None else []
+    out = mine.out_node
+    bias = [
+        c for c in out.children if c.op in DF.ADDS and any(_inside(DF.root(p).param or "", path) for p in c.parents)
+    ]
+    out = bias[0] if bias else out
+    if not given or given[0].index not in flow.values or out.index not in flow.values:
+        return None
+    return Call(module, (flow.values[given[0].index],), {}, flow.values[out.index])
 
 
 def batched(calls: list, B: int, T: int, batch_first: bool) -> Call:

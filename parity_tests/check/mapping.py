@@ -174,8 +174,13 @@ def _scales_read(found: Structure, module: nn.Module, flow) -> None:
 
 
 def _eps_added(flow, weight: str) -> float | None:
-    """The number a norm scaled by `weight` adds under its root, as the forward ran it: x * rsqrt(mean(x^2) + eps)
-    * weight, x / sqrt(var + eps) * weight (a plain function's default eps that no module holds); else None."""
+    """The number a norm scaled by `weight` adds under its root, as the forward ran it: F.layer_norm's (or
+    F.rms_norm's) eps, x * rsqrt(mean(x^2) + eps) * weight, x / sqrt(var + eps) * weight (a plain function's default
+    eps that no module holds); else None."""
+    norms = [n for n in flow.nodes if n.op in ("layer_norm", "rms_norm") and len(n.parents) > 1]
+    called = next((n.value for n in norms if DF.root(n.parents[1]).param == weight), None)
+    if isinstance(called, float):
+        return called
     scaled = next((n for n in flow.nodes if n.op in DF.MULS and weight in {DF.root(p).param for p in n.parents}), None)
     factors = DF.MULS | DF.DIVS | DF.VIEWS | {"rsqrt", "sqrt"}
     near = DF.walk([scaled] if scaled else [], lambda n: [p for p in n.parents if p.op in factors])
@@ -207,7 +212,13 @@ def _as_read(found: Structure, module: nn.Module, flow) -> None:
         else:
             piece.out_features, piece.in_features, piece.transposed, piece.heads, piece.each_transposed = layout[:5]
             piece.axes = layout[5]
-    _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None})
+    placed = {n for x in found.norms + found.pieces for n in (x.weight, x.bias)} | set(found.orphans)
+    loose = {n for n, p in module.named_parameters() if p.ndim == 1 and n not in placed}  # no name paired them
+    products = {DF.projection(n) for n in flow.nodes if n.op in DF.PRODUCTS}
+    unread = {p.weight for p in found.pieces if p.weight not in products | flow.lookups}  # Keras' (N, Dh) bias
+    _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None}, loose | unread)
+    biases = {p.bias for p in found.pieces}
+    found.pieces[:] = [p for p in found.pieces if p.weight not in biases]
 
 
 def _rows_summed(flow, weight: str, shape: tuple) -> bool | None:
@@ -257,35 +268,40 @@ def _shift_of(nodes: list) -> str | None:
     return seen.param if seen is not None and seen.param is not None and len(seen.shape) == 1 else None
 
 
-def _shifts_as_added(found: Structure, flow, named: dict) -> None:
+def _shifts_as_added(found: Structure, flow, named: dict, loose: set) -> None:
     """The 1-D shifts as the forward uses them, where the names left them paired otherwise (a ParameterDict's sorted
-    keys, a `_kernel` and its `_bias`): F.multi_head_attention_forward's bias arguments (`named`: {weight: bias}, a
-    packed one q, k and v's, however named), F.layer_norm's weight with its bias, a projection's output plus a bias,
-    a norm's scaled output plus a bias (x / sqrt(var + eps) * w + b, whatever the two are named)."""
+    keys, a `_kernel` and its `_bias`) or not at all (`loose`: TF's `bdense`): F.multi_head_attention_forward's bias
+    arguments (`named`: {weight: bias}, a packed one q, k and v's, however named), F.layer_norm's weight with its
+    bias, a projection's output plus a bias of any shape laid out as the output's trailing axes, a scaled output plus
+    a shift (a norm written out: x / sqrt(var + eps) * w + b, whatever the two are named)."""
     pairs: dict = dict(named)
-    scales = {n.weight for n in found.norms}
-
-    def scaled(t: DF.Node) -> str | None:  # the norm scale a product multiplies by, else None
-        return next((r.param for r in map(DF.root, t.parents) if r.param in scales), None) if t.op in DF.MULS else None
-
+    size: dict = {}
     for n in flow.nodes:
-        params = [r.param for r in map(DF.root, n.parents) if r.param is not None and len(r.shape) == 1]
+        seen = [r for r in map(DF.root, n.parents) if r.param is not None]
+        params = [r.param for r in seen if len(r.shape) == 1]
         if n.op == "layer_norm" and len(params) == 2:
             pairs.setdefault(params[0], params[1])
         summed = DF.walk(n.parents, lambda t: t.parents if t.op in DF.ADDS else []) if n.op in DF.ADDS else []
-        terms = (DF.projection(t) or scaled(t) for t in summed)
-        weight = next(filter(None, terms), None)  # the nearest term of the sum: (x + h W) + b, x_normed * w + b
-        if weight is not None and len(params) == 1:
-            pairs.setdefault(weight, params[0])
+        weight = next(filter(None, map(DF.projection, summed)), None)  # the nearest term of the sum: (x + h W) + b
+        trailing = [r for r in seen if r.shape == n.shape[len(n.shape) - len(r.shape) :]]  # laid out as the output
+        if weight is not None and len(trailing) == 1:
+            pairs.setdefault(weight, trailing[0].param)
+            size[trailing[0].param] = math.prod(trailing[0].shape)
+        scales = [r.param for p in n.parents if p.op in DF.MULS for r in map(DF.root, p.parents) if r.param]
+        if n.op in DF.ADDS and len(params) == 1 and len(scales) == 1:  # a hand norm's x_hat * weight + bias
+            pairs.setdefault(scales[0], params[0])
     free = set(found.orphans) | {n.bias for n in found.norms if n.bias} | {p.bias for p in found.pieces if p.bias}
+    free |= loose
     free |= set(named.values()) - {n.weight for n in found.norms}
-    held = [x for x in found.norms + found.pieces if x.weight in pairs and pairs[x.weight] in free]
+    fits = {p.weight for p in found.pieces if size.get(pairs.get(p.weight), p.out_features) == p.out_features}
+    fits |= {n.weight for n in found.norms}
+    held = [x for x in found.norms + found.pieces if x.weight in pairs and pairs[x.weight] in free and x.weight in fits]
     claimed = {pairs[x.weight] for x in held}
     for x in found.norms + found.pieces:
         x.bias = pairs[x.weight] if x in held else None if x.bias in claimed else x.bias
     for norm in found.norms:
         norm.kind = "layer" if norm.bias or norm.kind == "layer" and norm.weight in pairs else norm.kind
-    found.orphans[:] = sorted(free - {x.bias for x in found.norms + found.pieces})
+    found.orphans[:] = sorted(free - loose - {x.bias for x in found.norms + found.pieces})  # the loose stay unread
 
 
 def _indexed(found: Structure, module: nn.Module, flow) -> None:

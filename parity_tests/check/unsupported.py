@@ -896,6 +896,39 @@ def _positions(x: torch.Tensor, y: torch.Tensor) -> str:
     return "; ".join(said) + " ('-': a slot it did not write)" * any("-" in p for p in said)
 
 
+def _mask_by_row(rec) -> tuple | None:
+    """A mask that hides the same keys from every query of a sequence, keys of several ids (a padding mask hides one
+    id's), some key read: one made from the batch's row, not the ids (Equinox's tril of the ids' shape, vmapped
+    along with them: sequence b reads keys 0 .. b). Each sequence's ids are its token lookup's (one per sequence
+    where the batch runs as a loop, else one for the batch), its softmaxes those run after it, over the heads."""
+    lookups = [n for n in rec.nodes if n.op in ("embedding", "__getitem__") and isinstance(n.value, np.ndarray)]
+    tables = [DF.root(n.parents[-1 if n.op == "embedding" else 0]).param for n in lookups]
+    looked = [n for n, t in zip(lookups, tables, strict=True) if t is not None and t == tables[0]]
+    rows = [(n.index, row) for n in looked for row in np.atleast_2d(n.value)]
+    softmaxes = [n for n in rec.nodes if n.op in DF.SOFTMAX and n.index in rec.values and len(n.shape) >= 2]
+    softmaxes = softmaxes if rows else []  # no ids read: none to tell a padding mask by
+    for n in softmaxes:
+        probabilities = rec.values[n.index].detach()
+        before = [b for b, (i, _) in enumerate(rows) if i < n.index]
+        batched = len(looked) == 1 and probabilities.ndim > 2 and probabilities.shape[0] == len(rows)
+        seen = (probabilities > 0).reshape(len(rows) if batched else 1, -1, *probabilities.shape[-2:]).any(1)
+        for k, keys in enumerate(seen):
+            ids = rows[k if batched else before[-1] if before else 0][1]
+            read = keys[-1]
+            hidden = ids[~read.numpy()] if len(ids) == len(read) else ids[:0]
+            if bool((keys == read).all()) and bool(read.any()) and len(set(hidden.tolist())) > 1:
+                what = f"the attention's mask lets every query read keys {_spans(read)} alone"
+                return n.module, f"{what}, hiding tokens of {len(set(hidden.tolist()))} ids (no padding's: one id)"
+    return None
+
+
+def _spans(keys) -> str:
+    """The positions where `keys` (booleans) is True, as runs: "0 .. 2, 5"."""
+    where = torch.nonzero(keys).flatten().tolist()
+    starts, ends = [i for i in where if i - 1 not in where], [i for i in where if i + 1 not in where]
+    return ", ".join(f"{a}" if a == b else f"{a} .. {b}" for a, b in zip(starts, ends, strict=True)) or "none"
+
+
 def _norm_after_rotary(rec) -> tuple | None:
     """A q or k norm whose gain per feature meets the features after the rotary turned them (Hunyuan's query_layernorm
     on the turned queries): g (R x) / rms, where the reference's q/k norm gives R (g x) / rms, before the rotation."""
@@ -914,7 +947,8 @@ def _norm_after_rotary(rec) -> tuple | None:
 
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _renormed, _embedding_scale, _pattern, _read_back, _norm_after_rotary, _weightless_norm, _unit_length,
+    _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row, _norm_after_rotary, _weightless_norm,
+    _unit_length,
     _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron,
     _weights, _gain, _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _feature_head,
     _uncalled,

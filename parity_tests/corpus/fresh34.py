@@ -71,6 +71,14 @@ First met: 2 of 17 right (eqx_vmap_lm and its batch-built mask). Wrong:
   computes what the reference's layer does not"); with F.linear in its place the model and the wv case pass and
   the two mask mistakes are named as expected above.
 
+Fixed since: all 17 right. torch.tensordot is recorded as the einsum it is; a parameter of any shape added to a
+projection's output, laid out as its trailing axes, is that projection's bias (Keras' and Flax's (N, Dh) biases, TF's
+`bdense` that no name pairs, x @ w.T + b alike); F.layer_norm's eps is read from the call; a shift added to a scaled
+normalised x is that norm's bias (the hand layer norm on loose ln_1_w / ln_1_b); the parts' outputs are captured
+with torch.vmap run as its loop (a part called per sequence: its calls stacked); an attention whose weights sit in a
+container no code calls (Flax's params tree) is read from the recorded forward; and a mask that hides the same keys
+of several ids from every query (one made from the batch's row, not the ids) is said at its attention.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
