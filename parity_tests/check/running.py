@@ -354,10 +354,9 @@ def computed_weights(model) -> tuple:
     names = []
     for path, m in model.named_modules() if isinstance(model, nn.Module) else []:
         seen = getattr(type(m), "seen", {}) if not getattr(m, "computed_names", None) else {}
-        dtype = next((b.dtype for b in m.buffers(recurse=False) if b.is_floating_point()), torch.get_default_dtype())
-        for k in sorted(seen):
+        for k in sorted(seen):  # in the dtype the product read it in (the run's), whatever its scales are stored in
             name = "weight" if k == 0 and not hasattr(m, "weight") else f"weight_computed{k}"
-            m.register_parameter(name, nn.Parameter(seen[k].to(dtype)))
+            m.register_parameter(name, nn.Parameter(seen[k]))
             m.computed_names = [*getattr(m, "computed_names", []), name]
             names.append(f"{path}.{name}" if path else name)
     if not names:
