@@ -121,9 +121,6 @@ TODAY |= {  # fresh29
     "labml_attention.example": "could not judge: its forward raised AssertionError on the judge's masks",
     "xformers_function": "unexplained at (the module): the example's BMHK layout not read",
 }
-TODAY |= {  # fresh30: weights used through a transform
-    "int8_gpt.activations_rounded_second_block": "unexplained: h.1.mlp diverges; no id, the rounding not named",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
