@@ -323,9 +323,13 @@ def plain_weights(user) -> tuple:
     if not isinstance(user, nn.Module) or not any(map(parametrize.is_parametrized, user.modules())):
         return user, []
     model, names = copy_module(user), []
+    held = {id(p): p for p in model.parameters()}
     for path, module in model.named_modules():
         for name in list(getattr(module, "parametrizations", {})):
+            shared = held.get(id(getattr(module, name)))  # a parametrization returning another tensor held: a tie
             parametrize.remove_parametrizations(module, name, leave_parametrized=True)
+            if shared is not None:
+                setattr(module, name, shared)
             names.append(f"{path}.{name}" if path else name)
     listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
     return model, [
