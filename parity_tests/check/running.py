@@ -140,8 +140,7 @@ class Float32Islands(TorchDispatchMode):
             self._record(None, [])  # a cast, made a copy in the wider dtype
             kwargs = dict(kwargs, dtype=args[0].dtype)
         elif func not in SKIPPED and narrow and any(t.dtype in DOWNCAST for t in leaves):
-            if not _exact(func, narrow, leaves):
-                self._record(f"torch.{func.overloadpacket.__name__}", narrow)
+            self._record(f"torch.{func.overloadpacket.__name__}", narrow)
             args, kwargs = tree_map(_widen, (args, kwargs))
         if self.exact and kwargs.get("dtype") in WIDEN and not _narrow(args):
             kwargs = dict(kwargs, dtype=WIDEN[kwargs["dtype"]])  # made in float32 in forward: made in float64
@@ -166,22 +165,9 @@ def _widened(func, args, kwargs) -> bool:
         narrow = args[1]
     else:
         return False
-    return not _whole(narrow)
-
-
-def _exact(func, narrow: list, leaves: list) -> bool:
-    """Whether an op mixing float64 and narrower operands rounds nothing: the narrow ones whole numbers (int8 weights'
-    .float()), the result float64 (not written into a narrow tensor, not a 0-d float64 number promoted down)."""
-    wide = next(t for t in leaves if t.dtype in DOWNCAST)
-    in_place = func.overloadpacket.__name__.endswith("_")
-    return not in_place and all(_whole(t) and torch.result_type(t, wide) == wide.dtype for t in narrow)
-
-
-def _whole(t: torch.Tensor) -> bool:
-    """Whether `t` holds whole numbers and infinities alone (what float32 holds as exactly as float64)."""
-    values = torch.view_as_real(t) if t.is_complex() else t
+    values = torch.view_as_real(narrow) if narrow.is_complex() else narrow
     finite = values[torch.isfinite(values)]
-    return not bool((finite != finite.round()).any())
+    return bool((finite != finite.round()).any())
 
 
 def _widen(value):

@@ -77,9 +77,10 @@ reads it in (not its float16 scales'); a scale a leaf norm computes from its own
 normed x by (exp(log_w)) is read as that norm's weight (running.computed_weights); a submodule measured to compute
 x W^T + b (on random inputs, in float64) from a W none of its tensors holds, its backward checked by finite
 differences, is judged as the nn.Linear of W and b (running.linear_maps: DoRA, an adapter over an int4 base); a
-tensor rounded to a grid that a projection multiplies is named where it is rounded (unsupported._rounded); an op
-mixing float64 with float32 whole numbers (int8 weights' `.float()`) is no float32 island; a parametrization
-returning another tensor the model holds stays that tensor (the tied head judged with tie_embeddings=True).
+tensor rounded to a grid that a projection multiplies is named where it is rounded (unsupported._rounded); a
+parametrization returning another tensor the model holds stays that tensor (the tied head judged with
+tie_embeddings=True). int8_gpt keeps its float32_island caveat (whole float32 numbers mixed into a float64 op are
+also how a float32 table made earlier shows itself, so the caveat was left).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
