@@ -381,9 +381,9 @@ class _Computing(TorchFunctionMode):
     tensor arguments are all such; `to` and `type_as` read their first only). The k-th operand of a product so
     computed by an op other than a view (or a cast of integers: `qweight.to(x.dtype)`), of 2+ axes, is the module's
     k-th computed weight: its parameter where computed_weights registered one, else kept (its class's `seen`) and used
-    as it is; so is one of 1+ axes multiplying a tensor not so computed (a norm's exp(log_w) times the normed x; 1 + w,
-    an offset the recording reads, is not computed); a scale multiplying the product after it is folded into that
-    weight (_scaled)."""
+    as it is; so is a vector (one number per feature) multiplying a tensor not so computed (a norm's exp(log_w)
+    times the normed x; 1 + w, an offset the recording reads, is not computed); a scale multiplying the product after
+    it is folded into that weight (_scaled)."""
 
     def __init__(self, module: nn.Module):
         super().__init__()
@@ -400,7 +400,7 @@ class _Computing(TorchFunctionMode):
         if name in PRODUCTS:
             args, kwargs = tree_map(self._weight, (args, kwargs))
         elif name in MULS and len(args) == 2 and sum(id(t) in self.pure for t in args if torch.is_tensor(t)) == 1:
-            args = tuple(self._weight(t, 1) for t in args)  # x * exp(log_w): a scale the module computes
+            args = tuple(self._weight(t, 1) if t.ndim == 1 else t for t in args)  # x * exp(log_w): one per feature
         out = func(*args, **kwargs)
         if self.used is not None and isinstance(out, torch.Tensor):
             self.products[id(out)] = (out, self.used, name)
@@ -497,8 +497,8 @@ def _measured(module: nn.Module, width: int) -> tuple | None:
             y = module(x)
         b = b.reshape(-1)
         gap = (y - x @ w.T - b).abs().max() if isinstance(y, torch.Tensor) else math.nan
-        if not gap <= 1e-9 * max(float(y.abs().max()), 1e-3):
-            return None  # not affine (or not finite: 0 / 0 of an input rounded at its own absmax)
+        if not gap <= 1e-9 * max(float(y.abs().max()), 1e-3) or not w.abs().max() > 0:
+            return None  # not affine (or not finite: 0 / 0 of an input rounded at its own absmax), or constant
         held = [v for t in [*module.parameters(), *module.buffers()] if t.ndim == 2 for v in (t, t.T)]
         if any(v.shape == w.shape and (v - w).abs().max() <= 1e-12 * float(w.abs().max()) for v in held):
             return None
