@@ -493,7 +493,7 @@ def _measured(module: nn.Module, width: int) -> tuple | None:
     try:
         with torch.no_grad():
             b = module(torch.zeros(1, 1, width, dtype=torch.float64))
-            w = (module(torch.eye(width, dtype=torch.float64)[None]) - b)[0].T
+            w = (module(torch.eye(width, dtype=torch.float64)[None]) - b)[0].mT
             y = module(x)
         b = b.reshape(-1)
         gap = (y - x @ w.T - b).abs().max() if isinstance(y, torch.Tensor) else math.nan
