@@ -372,7 +372,7 @@ def computed_weights(model) -> tuple:
     return model, [
         f"judged on the weights the forward computes from the module's own tensors ({listed}), each a parameter "
         "holding the value it is computed at: their gradients are compared; the tensors they are computed from "
-        "(int8 weights and scales, a norm's log_w of exp(log_w)) have none"
+        "(a norm's log_w of exp(log_w), int8 weights, scales) have none"
     ]
 
 
