@@ -69,18 +69,6 @@ TODAY |= {  # fresh32
     "learner_marian.buffered_positions": "could not judge: the sin | cos buffer read as a rotary table of width 32",
     "learner_marian.floor_division_frequencies": "unexplained at encoder.embed_tokens, positional='rope' assumed",
 }
-TODAY |= {  # fresh30: weights used through a transform
-    "int4_llama": "could not judge: float != c10::Half (the computed weight registered in the scales' float16)",
-    "int4_llama.kv_heads_tiled_second_layer": "could not judge: float != c10::Half (the scales' float16)",
-    "int4_llama.rms_eps_outside_root_second_layer": "could not judge: float != c10::Half (the scales' float16)",
-    "qlora_llama": "could not judge: float != c10::Half (the int4 base's float16 scales)",
-    "qlora_llama.rope_on_values_second_layer": "could not judge: float != c10::Half (the int4 base's scales)",
-    "dora_gpt": "differs at h.0.attn: queries, keys and values are no projection's output (DoRA's weight unread)",
-    "dora_gpt.not_causal_second_block": "differs at h.0.attn: queries ... no projection's output (DoRA's weight)",
-    "logscale_llama": "differs at layers.0.input_layernorm: normalises without a weight (exp(log_w) unread)",
-    "logscale_llama.eps_outside_root_second_layer": "differs at layers.0.input_layernorm: without a weight",
-    "int8_gpt.activations_rounded_second_block": "unexplained: h.1.mlp diverges; no id, the rounding not named",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

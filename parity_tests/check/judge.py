@@ -267,13 +267,14 @@ def module(
             plain, graphed = GR.ungraphed(plain, lambda m: recording(m, level, given, seed, **conventions))
             found = recording(plain := RN.computing(plain), level, given, seed, **conventions)
             plain, computed = RN.computed_weights(plain)  # int8 weights dequantized in the forward: what it computes
-            found = recording(plain, level, given, seed, **conventions) if computed else found
+            plain, linear = RN.linear_maps(plain, found.flow)  # DoRA, an adapter over a computed base: the linear
+            found = recording(plain, level, given, seed, **conventions) if computed or linear else found
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
             check, choice = no_pad_token(
                 check, choose(check), found, lambda g: prepare(plain, level, g, mapped, found, seed, **conventions)
             )
             result = verdict(check, choice, reference, dtypes)
-            result.notes += wrapped + scripted + parametrized + adapted + graphed + computed
+            result.notes += wrapped + scripted + parametrized + adapted + graphed + computed + linear
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow, exc)
@@ -365,8 +366,11 @@ def shared_layer(user_module, reference: str, exc: BaseException) -> Result | No
 
 def beside(check: Check) -> list:
     """A note naming the parameters the forward reads where the judged output is not computed (Medusa's draft
-    heads beside its logits: dataflow._reaching), which are not the reference's; [] where there are none."""
+    heads beside its logits: dataflow._reaching), which are not the reference's; [] where there are none. A module's
+    own tensors a weight it computes is made from (running.computed_weights: log_w of exp(log_w)) are read there."""
     held = dict(check.user.named_parameters()) if check.is_module and check.flow is not None else {}
+    owner = check.user.get_submodule if held else None
+    held = {n: p for n, p in held.items() if owner and not getattr(owner(n.rpartition(".")[0]), "computed_names", 0)}
     said = ", ".join(dict.fromkeys(p.rpartition(".")[0] or p for p in (check.flow.beside if held else ()) if p in held))
     return [f"not judged: {said}, whose outputs do not reach the judged output (not the reference's)"] if said else []
 

@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from parity_tests.components import BAR, relative_errors
 
-from .dataflow import MULS, PRODUCTS, VIEWS, hooked
+from .dataflow import ADDS, MULS, PRODUCTS, VIEWS, hooked
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Row
 
 
@@ -309,9 +309,13 @@ def plain_weights(user) -> tuple:
     if not isinstance(user, nn.Module) or not any(map(parametrize.is_parametrized, user.modules())):
         return user, []
     model, names = copy_module(user), []
+    held = {id(p): p for p in model.parameters()}
     for path, module in model.named_modules():
         for name in list(getattr(module, "parametrizations", {})):
+            shared = held.get(id(getattr(module, name)))  # a parametrization returning another tensor held: a tie
             parametrize.remove_parametrizations(module, name, leave_parametrized=True)
+            if shared is not None:
+                setattr(module, name, shared)
             names.append(f"{path}.{name}" if path else name)
     listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
     return model, [
@@ -321,9 +325,10 @@ def plain_weights(user) -> tuple:
 
 
 def computing(user):
-    """`user`, or a copy where a leaf module holds a buffer of 2+ axes and no such parameter (int8 weights and their
-    scales) with each such module's forward run under _Computing: a weight it computes (`qweight.to(x.dtype) *
-    scale`) is kept as the forward computes it, and read from the parameter computed_weights gives it."""
+    """`user`, or a copy where a leaf module holds no parameter of 2+ axes but a buffer of 2+ axes (int8 weights and
+    their scales) or a parameter (a norm's log_w) with each such module's forward run under _Computing: a weight it
+    computes (`qweight.to(x.dtype) * scale`, `exp(log_w)`) is kept as the forward computes it, and read from the
+    parameter computed_weights gives it."""
     if not isinstance(user, nn.Module) or not any(map(_computes, user.modules())):
         return user
     model = copy_module(user)
@@ -340,33 +345,34 @@ def computing(user):
 
 
 def _computes(m: nn.Module) -> bool:
-    return (
-        not m._modules
-        and not any(p.ndim >= 2 for p in m.parameters(recurse=False))
-        and any(b.ndim >= 2 for b in m.buffers(recurse=False))
-    )
+    """A leaf holding no parameter of 2+ axes, but a buffer of 2+ axes or a parameter (a log-scale norm's log_w)."""
+    params = [*m.parameters(recurse=False)]
+    wide = any(b.ndim >= 2 for b in m.buffers(recurse=False))
+    return not m._modules and all(p.ndim < 2 for p in params) and (wide or bool(params))
 
 
 def computed_weights(model) -> tuple:
-    """(`model`, []), or where computing's modules computed a weight of 2+ axes from their own parameters and
-    buffers alone, no input (a dequantized int8 weight), (`model` with each such weight a parameter holding the
-    value it was computed at (`weight`, else `weight_computed<k>`), [the note]): the judge reads it as the weight."""
+    """(`model`, []), or where computing's modules computed a weight from their own parameters and buffers alone, no
+    input (a dequantized int8 weight, exp(log_w)), (`model` with each such weight a parameter holding the value it
+    was computed at (`weight`, else `weight_computed<k>`), [the note]): the judge reads it as the weight. A module
+    that computed none runs its own class again."""
     names = []
     for path, m in model.named_modules() if isinstance(model, nn.Module) else []:
         seen = getattr(type(m), "seen", {}) if not getattr(m, "computed_names", None) else {}
-        dtype = next((b.dtype for b in m.buffers(recurse=False) if b.is_floating_point()), torch.get_default_dtype())
-        for k in sorted(seen):
+        if "seen" in vars(type(m)) and not seen and not getattr(m, "computed_names", None):
+            m.__class__ = type(m).__bases__[0]  # it computed nothing: its own class again
+        for k in sorted(seen):  # in the dtype the product read it in (the run's), whatever its scales are stored in
             name = "weight" if k == 0 and not hasattr(m, "weight") else f"weight_computed{k}"
-            m.register_parameter(name, nn.Parameter(seen[k].to(dtype)))
+            m.register_parameter(name, nn.Parameter(seen[k]))
             m.computed_names = [*getattr(m, "computed_names", []), name]
             names.append(f"{path}.{name}" if path else name)
     if not names:
         return model, []
     listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
     return model, [
-        f"judged on the weights the forward computes from the module's own buffers ({listed}), each a parameter "
+        f"judged on the weights the forward computes from the module's own tensors ({listed}), each a parameter "
         "holding the value it is computed at: their gradients are compared; the tensors they are computed from "
-        "(int8 weights, scales) have none"
+        "(a norm's log_w of exp(log_w), int8 weights, scales) have none"
     ]
 
 
@@ -375,7 +381,9 @@ class _Computing(TorchFunctionMode):
     tensor arguments are all such; `to` and `type_as` read their first only). The k-th operand of a product so
     computed by an op other than a view (or a cast of integers: `qweight.to(x.dtype)`), of 2+ axes, is the module's
     k-th computed weight: its parameter where computed_weights registered one, else kept (its class's `seen`) and used
-    as it is; a scale multiplying the product after it is folded into that weight (_scaled)."""
+    as it is; so is a vector (one number per feature) multiplying a tensor not so computed (a norm's exp(log_w)
+    times the normed x; 1 + w, an offset the recording reads, is not computed); a scale multiplying the product after
+    it is folded into that weight (_scaled)."""
 
     def __init__(self, module: nn.Module):
         super().__init__()
@@ -391,6 +399,8 @@ class _Computing(TorchFunctionMode):
         self.used = None
         if name in PRODUCTS:
             args, kwargs = tree_map(self._weight, (args, kwargs))
+        elif name in MULS and len(args) == 2 and sum(id(t) in self.pure for t in args if torch.is_tensor(t)) == 1:
+            args = tuple(self._weight(t, 1) if t.ndim == 1 else t for t in args)  # x * exp(log_w): one per feature
         out = func(*args, **kwargs)
         if self.used is not None and isinstance(out, torch.Tensor):
             self.products[id(out)] = (out, self.used, name)
@@ -398,13 +408,14 @@ class _Computing(TorchFunctionMode):
         read = read[:1] if name in ("to", "type_as") else read
         if read and all(id(t) in self.pure for t in read):
             made = name not in VIEWS or any(id(t) in self.computed or not t.is_floating_point() for t in read)
+            made = made and not (name in ADDS and len(read) == 1)  # 1 + w: an offset the recording reads (Gemma's)
             for o in (o for o in tree_leaves(out) if isinstance(o, torch.Tensor)):
                 self.pure[id(o)] = o
                 self.computed |= {id(o)} if made else set()
         return out
 
-    def _weight(self, t):
-        if not isinstance(t, torch.Tensor) or id(t) not in self.computed or t.ndim < 2:
+    def _weight(self, t, least: int = 2):
+        if not isinstance(t, torch.Tensor) or id(t) not in self.computed or t.ndim < least:
             return t
         k, self.k, names = self.k, self.k + 1, getattr(self.module, "computed_names", [])
         self.used = k
@@ -432,6 +443,95 @@ class _Computing(TorchFunctionMode):
             return None
         seen[k] = seen[k] * s.detach().reshape((-1, 1) if axis == 0 else (1, -1)).to(seen[k].dtype)
         return None
+
+
+def linear_maps(model, flow) -> tuple:
+    """(`model`, []), or where a submodule holding a tensor of 2+ axes but no such parameter of its own is a linear map
+    of its one input, y = x W^T + b, whose W no tensor it holds is (as it is or transposed): DoRA's m V / |V|, an
+    adapter over a computed base (_measured), (a copy with each such outermost submodule an nn.Linear of W and b,
+    [the note]): the linear the reference has; the gradients of what W and b are computed from follow by the chain
+    rule, checked by finite differences first. The input's width is the one the recorded forward (`flow`) gave it."""
+    widths = {c.path: c.inputs[0].shape[-1] for c in getattr(flow, "calls", []) if _one_input(c)}
+    found: dict = {}
+    for path, m in model.named_modules() if isinstance(model, nn.Module) else []:
+        held = [*m.parameters(), *m.buffers()]
+        if not path or path not in widths or any(path.startswith(f"{p}.") for p in found):
+            continue
+        if any(t.ndim >= 2 for t in [*m.parameters(False), *m.buffers(False)]) or all(t.ndim < 2 for t in held):
+            continue
+        if (measured := _measured(m, widths[path])) is not None:
+            found[path] = measured
+    if not found:
+        return model, []
+    model, dtype = copy_module(model), next(model.parameters()).dtype
+    for path, (w, b) in found.items():
+        linear = nn.Linear(w.shape[1], w.shape[0], bias=b is not None, dtype=dtype)
+        with torch.no_grad():
+            linear.weight.copy_(w)
+            if b is not None:
+                linear.bias.copy_(b)
+        owner, _, name = path.rpartition(".")
+        setattr(model.get_submodule(owner), name, linear)
+    return model, [
+        f"judged with each module computing a linear map of its input as the linear it computes, y = x W^T + b "
+        f"({', '.join(list(found)[:3])}{', ...' if len(found) > 3 else ''}): W and b measured on random inputs; dW "
+        "and db are compared, the gradients of what they are computed from (checked by finite differences) follow"
+    ]
+
+
+def _one_input(call) -> bool:
+    return len(call.inputs) == 1 and call.inputs[0] is not None and len(call.inputs[0].shape) >= 2
+
+
+def _measured(module: nn.Module, width: int) -> tuple | None:
+    """(W, b or None) where `module` (a float64 copy, evaluation mode) gives x W^T + b on a random x to 1e-9, W held
+    by none of its tensors, and its parameters' gradients agree with central differences along a random direction;
+    None otherwise (b None where it is 0 and the module holds no vector of its width)."""
+    module = copy.deepcopy(module).double().eval()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, width, generator=gen, dtype=torch.float64)
+    try:
+        with torch.no_grad():
+            b = module(torch.zeros(1, 1, width, dtype=torch.float64))
+            w = (module(torch.eye(width, dtype=torch.float64)[None]) - b)[0].mT
+            y = module(x)
+        b = b.reshape(-1)
+        gap = (y - x @ w.T - b).abs().max() if isinstance(y, torch.Tensor) else math.nan
+        if not gap <= 1e-9 * max(float(y.abs().max()), 1e-3) or not w.abs().max() > 0:
+            return None  # not affine (or not finite: 0 / 0 of an input rounded at its own absmax), or constant
+        held = [v for t in [*module.parameters(), *module.buffers()] if t.ndim == 2 for v in (t, t.T)]
+        if any(v.shape == w.shape and (v - w).abs().max() <= 1e-12 * float(w.abs().max()) for v in held):
+            return None
+        if not _chain_rule(module, x, torch.randn(y.shape, generator=gen, dtype=torch.float64), gen):
+            return None
+    except Exception:  # not a one-tensor call, or not an output of the input's shape
+        return None
+    kept = b.abs().max() > 0 or any(t.shape == (w.shape[0],) for t in [*module.parameters(), *module.buffers()])
+    return w, b if kept else None
+
+
+def _chain_rule(module: nn.Module, x: torch.Tensor, g: torch.Tensor, gen: torch.Generator) -> bool:
+    """Whether the gradient of sum(module(x) g) along a random direction of its floating parameters is the central
+    difference of that sum along it (the backward is the forward's chain rule), to 1e-6."""
+    params = [p for p in module.parameters() if p.is_floating_point()]
+    if not params:
+        return True
+    for p in params:
+        p.requires_grad_(True)
+    grads = torch.autograd.grad((module(x) * g).sum(), params, allow_unused=True)
+    steps = [torch.randn(p.shape, generator=gen, dtype=p.dtype) for p in params]
+    slope = sum(float((d * s).sum()) for d, s in zip(grads, steps, strict=True) if d is not None)
+    eps = 1e-6
+
+    def moved(by: float) -> float:  # sum(module(x) g) with each parameter moved `by` eps along its step
+        with torch.no_grad():
+            for p, s in zip(params, steps, strict=True):
+                p.add_(by * eps * s)
+            return float((module(x) * g).sum())
+
+    sums = [moved(1), moved(-2)]
+    moved(1)
+    return abs((sums[0] - sums[1]) / (2 * eps) - slope) <= 1e-6 * max(abs(slope), 1.0)
 
 
 def merged_adapters(user) -> tuple:

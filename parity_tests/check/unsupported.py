@@ -629,6 +629,18 @@ def _clamped(rec) -> tuple | None:
 
 
 CLAMPS = {"clamp", "clamp_", "clamp_min", "clamp_max", "clip", "hardtanh"}
+ROUNDS = {"round", "round_", "floor", "ceil", "trunc", "fix"}
+
+
+def _rounded(rec) -> tuple | None:
+    """A tensor rounded to a grid that a projection multiplies, through scalings and views (W8A8's activations,
+    round(x * 127 / absmax) * absmax / 127): the reference's products read their inputs unrounded."""
+    for node in (n for n in rec.nodes if n.op in ROUNDS and n.parents):
+        on = DF.walk(node.children, lambda n: n.children if n.op in DF.MULS | DF.DIVS | DF.VIEWS else [])
+        weight = next((w for n in on if (w := DF.projection(n)) is not None), None)
+        if weight is not None:
+            return node.module, f"torch.{node.op} rounds what {weight} multiplies to a grid (inputs quantized)"
+    return None
 
 
 def _discarded(rec, node) -> bool:
@@ -948,8 +960,7 @@ def _norm_after_rotary(rec) -> tuple | None:
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
     _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row, _norm_after_rotary, _weightless_norm,
-    _unit_length,
-    _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron,
-    _weights, _gain, _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _feature_head,
-    _uncalled,
+    _unit_length, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores,
+    _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped, _rounded, _activation, _value_embedding,
+    _learned_scale, _pooled, _feature_head, _uncalled,
 )  # fmt: skip

@@ -72,6 +72,16 @@ model with its packed indices in a flat (n / 2,) buffer gets "differs at layers.
 queries and keys and values are no projection's output" (running.computing reads only modules holding a buffer of
 2+ axes).
 
+Fixed since: 20 of 20. A weight the forward computes from a module's own tensors is kept in the dtype the product
+reads it in (not its float16 scales'); a scale a leaf norm computes from its own parameter and multiplies the
+normed x by (exp(log_w)) is read as that norm's weight (running.computed_weights); a submodule measured to compute
+x W^T + b (on random inputs, in float64) from a W none of its tensors holds, its backward checked by finite
+differences, is judged as the nn.Linear of W and b (running.linear_maps: DoRA, an adapter over an int4 base); a
+tensor rounded to a grid that a projection multiplies is named where it is rounded (unsupported._rounded); a
+parametrization returning another tensor the model holds stays that tensor (the tied head judged with
+tie_embeddings=True). int8_gpt keeps its float32_island caveat (whole float32 numbers mixed into a float64 op are
+also how a float32 table made earlier shows itself, so the caveat was left).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
