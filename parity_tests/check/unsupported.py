@@ -68,8 +68,10 @@ def explain(flow, since: str | None = None) -> str | Diagnosis | None:
     start = _ran(flow, since) if since and since != "(the module)" else 0
     after = dataclasses.replace(flow, nodes=flow.nodes[start:]) if start else flow
 
-    def kept(f) -> bool:  # found where it can be the cause: from `since` on, or in a submodule holding it
-        return f is not None and (_ran(flow, _where(f)) >= start or str(since).startswith(f"{_where(f)}."))
+    def kept(f) -> bool:  # found where it can be the cause: from `since` on, in a submodule holding it or inside it
+        where = _where(f) if f is not None else ""
+        inside = f"{where}.".startswith(f"{since}.") or str(since).startswith(f"{where}.")
+        return f is not None and (_ran(flow, where) >= start or inside)
 
     found = [f if kept(f := find(flow)) or f is None else find(after) for find in FINDS]
     first = min((f for f in found if kept(f)), key=lambda f: _ran(flow, _where(f)), default=None)
@@ -609,7 +611,8 @@ def _output_gate(flow) -> tuple | None:
     for a in flow.attentions:
         x = next((p for p in a.out_node.parents if DF.weight_of(p) is None), None) if a.out_node else None
         sides = [("before", DF.root(x))] if x is not None else []
-        sides += [("after", n) for n in DF.walk(a.out_node.children, lambda n: n.children if n.op in DF.VIEWS else [])]
+        after = DF.walk(a.out_node.children, lambda n: n.children if n.op in DF.VIEWS else []) if a.out_node else []
+        sides += [("after", n) for n in after]
         for side, product in ((s, n) for s, n in sides if n.op in DF.MULS):
             for act in (DF.root(g) for g in product.parents):
                 gate = DF.projection(DF.root(act.parents[0])) if act.op in DF.ACTIVATIONS and act.parents else None
