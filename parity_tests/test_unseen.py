@@ -71,11 +71,6 @@ TODAY |= {  # fresh31: what the judge says today
     "linear_attention_gpt": "no pair at blocks.0.attn naming cumsum, not the elu + 1 feature map",
     "tree_lm.tree": "could not judge: the example's tree mask read as True = hidden, the judge's own mask used",
 }
-TODAY |= {  # fresh32
-    "learner_bert.mask_added_unconverted": "pass: attention_mask read as an additive (B, T) mask",
-    "learner_marian.buffered_positions": "could not judge: the sin | cos buffer read as a rotary table of width 32",
-    "learner_marian.floor_division_frequencies": "unexplained at encoder.embed_tokens, positional='rope' assumed",
-}
 TODAY |= dict.fromkeys(  # fresh28: the hooked LayerNorm's w read as an RMSNorm scale, its b left unmapped
     (
         "tl_hooked", "tl_hooked.logit_lens", "tl_hooked.z_reshaped_without_permute_second_block",

@@ -77,7 +77,7 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
         notes.append(f"RoPE scaled as the module's config states: {scaling.rope_type}, base {theta:g}")
     first = cfg.rope_theta if scaled is not None else given.get("rope_theta")
     rope64, thetas, rotary, orders = (
-        TB.rope(user, cfg.d_head, first, notes, computed, cfg.rope_scaling if scaled else None)
+        TB.rope(user, cfg.d_head, first, notes, computed, cfg.rope_scaling if scaled else None, flow)
         if rope
         else ({}, [], None, {})
     )
