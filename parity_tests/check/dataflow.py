@@ -649,6 +649,11 @@ class Flow:
                 return 1 / node.value if node.op in MULS else float(node.value)
         return None
 
+    @property
+    def activations(self) -> set:
+        """The ops of the activations met back from each feed-forward block's last projection."""
+        return {n.op for b in self.blocks for p in self._products(b[-1])[:1] for n in _activations(p)}
+
     def added(self, param: str) -> bool:
         """Whether the forward first combines the kept table `param` (seen through views) with sums only: positions
         added to the stream, not RoPE's tables, which multiply q and k."""
