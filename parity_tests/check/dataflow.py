@@ -658,8 +658,9 @@ class Flow:
         """Whether the forward first combines the kept table `param` (seen through views) with sums only: positions
         added to the stream, not RoPE's tables, which multiply q and k."""
         reads = [n for n in self.nodes if n.param == param]
-        met = [n for n in walk(reads, lambda n: n.children if n.op in VIEWS or n.param else []) if n.op not in VIEWS]
-        return bool(met) and all(n.op in ADDS for n in met if n.param is None)
+        ahead = walk(reads, lambda n: n.children if n.op in VIEWS or n.param else [])
+        met = [n for n in ahead if n.op not in VIEWS and n.param is None]
+        return bool(met) and all(n.op in ADDS for n in met)
 
     def computed_from_projections(self, param: str) -> bool:
         """Whether `param`'s first use reads what projections made (a final norm), not tables only (an embedding's)."""
