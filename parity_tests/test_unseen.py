@@ -64,11 +64,6 @@ CORPORA += (fresh28, fresh29, fresh30, fresh31, fresh32, fresh33, fresh34)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh32
-    "learner_bert.mask_added_unconverted": "pass: attention_mask read as an additive (B, T) mask",
-    "learner_marian.buffered_positions": "could not judge: the sin | cos buffer read as a rotary table of width 32",
-    "learner_marian.floor_division_frequencies": "unexplained at encoder.embed_tokens, positional='rope' assumed",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

@@ -714,6 +714,19 @@ class Flow:
                 return 1 / node.value if node.op in MULS else float(node.value)
         return None
 
+    @property
+    def activations(self) -> set:
+        """The ops of the activations met back from each feed-forward block's last projection."""
+        return {n.op for b in self.blocks for p in self._products(b[-1])[:1] for n in _activations(p)}
+
+    def added(self, param: str) -> bool:
+        """Whether the forward first combines the kept table `param` (seen through views) with sums only: positions
+        added to the stream, not RoPE's tables, which multiply q and k."""
+        reads = [n for n in self.nodes if n.param == param]
+        ahead = walk(reads, lambda n: n.children if n.op in VIEWS or n.param else [])
+        met = [n for n in ahead if n.op not in VIEWS and n.param is None]
+        return bool(met) and all(n.op in ADDS for n in met)
+
     def computed_from_projections(self, param: str) -> bool:
         """Whether `param`'s first use reads what projections made (a final norm), not tables only (an embedding's)."""
         index = self.order.get(param)

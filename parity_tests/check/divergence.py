@@ -373,7 +373,9 @@ def _at_embedding(check, choice, stage, user_out) -> tuple[str, list]:
         positions = check.params[f"{stack}.position_embedding.weight"]
     table = check.params.get(token, check.params.get("decoder.token_embedding.weight"))
     ids, scaled = stage.inputs[0], cfg.scale_embeddings
-    found = match_embedding(user_out, ids, table, positions, cfg.d_model, where, stage.valid, scaled)
+    found = match_embedding(
+        user_out, ids, table, positions, cfg.d_model, where, stage.valid, scaled, cfg.sinusoid_layout
+    )
     tables = [name.rpartition(".")[0] or "(the module)" for name in check.model.overwrite]
     for d in found:
         if d.id == "positions.wrong_frequencies" and tables:
@@ -770,7 +772,9 @@ def _component_variants(check, choice) -> list:
         table = params["token_embedding.weight"]
         return match_embedding(user, p.ids["ids"], table, None, cfg.d_model, "", scale_expected=cfg.scale_embeddings)
     own = next(iter(check.model.norm_eps.values()), None) if unit == "layer_norm" else None
-    return match_unit(unit, user, f["x"], params, own or cfg.layer_norm_eps, cfg.activation, "")
+    return match_unit(
+        unit, user, f["x"], params, own or cfg.layer_norm_eps, cfg.activation, "", layout=cfg.sinusoid_layout
+    )
 
 
 def diagnose(check, choice, result) -> None:

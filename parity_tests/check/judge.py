@@ -32,6 +32,7 @@ from . import towers as TW
 from . import unsupported as US
 from . import weight_map as WM
 from .diagnosis import MATCH, _error, _valid
+from .matchers import match
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result
 from .running import COARSER, at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
 from .session import Check, Layout, copy_of, hides_id, prepare, probe_of, recording, run_user, stated
@@ -89,8 +90,9 @@ def choose(check: Check) -> Choice:
     where parts are hooked the one whose first divergence lies latest (divergence.latest_divergence)."""
     errors, runnable, outs = [], [], {}  # outs: the reference's outputs, by (probe, config)
     best: Choice | None = None  # the closest miss
+    callers = own_kinds(check)
     for n, layout in enumerate(check.layouts):
-        for caller in check.callers:
+        for caller in callers:
             p = probe_of(check, caller)
             try:
                 out = run_user(check, layout, caller, np.float64, probe=p)[0].detach().cpu().numpy()
@@ -115,6 +117,34 @@ def choose(check: Check) -> Choice:
         )
     best = dataclasses.replace(best, runnable=tuple(runnable))  # nothing matches: the closest, to diagnose from
     return DV.latest_divergence(check, best) if check.entry.hooked and check.is_module else best
+
+
+def own_kinds(check: Check) -> tuple:
+    """The callers to try: where the module may be passed no mask (it builds its own, BERT's from ids != pad) and
+    passed none computes on the padded probe what it computes passed masks of some kinds, only the callers passing
+    those kinds (its default tells its argument's convention) and the one passing none; all where no kind does."""
+    unmasked = [c for c in check.callers if not c.masks and c.call is None and c.template is None]
+    if not unmasked or not check.is_module or all(not c.masks for c in check.callers):
+        return check.callers
+
+    def output(caller) -> np.ndarray | None:
+        try:
+            return run_user(check, check.layouts[0], caller, np.float64)[0].detach().cpu().numpy()
+        except Exception:  # a shape the module does not take
+            return None
+
+    own, p = output(unmasked[0]), probe_of(check, unmasked[0])
+    if own is None:
+        return check.callers
+    same: set = set()
+    for caller in check.callers:
+        kinds = frozenset(kind for _, kind, _ in caller.masks.values())
+        out = output(caller) if caller.masks and kinds not in same else None
+        if out is not None and match(out, own, p.valid) <= MATCH:
+            same.add(kinds)
+    return tuple(
+        c for c in check.callers if not same or frozenset(k for _, k, _ in c.masks.values()) in same | {frozenset()}
+    )
 
 
 def _errors(check: Check, outs: dict, caller, p, out: np.ndarray, kind: str) -> list:

@@ -90,17 +90,27 @@ def match_attention(
 
 
 def match_unit(
-    unit: str, user_out, x, params: dict, eps: float, activation: str, where: str, valid=None, through=None
+    unit: str,
+    user_out,
+    x,
+    params: dict,
+    eps: float,
+    activation: str,
+    where: str,
+    valid=None,
+    through=None,
+    layout="interleaved",
 ) -> list:
-    """The variants of a norm, a gated feed-forward or a position table (`unit`; `params` its own) that reproduce
-    `user_out` on its input `x`: each alone, then those that combine (the Annotated Transformer's x.std() + eps).
-    `through`: compare through(variant), the variant a function of its input (a unit that is no module of its own)."""
+    """The variants of a norm, a gated feed-forward or a position table (`unit`; `params` its own; `layout` a
+    sinusoid table's) that reproduce `user_out` on its input `x`: each alone, then those that combine (the Annotated
+    Transformer's x.std() + eps). `through`: compare through(variant), the variant a function of its input (a unit
+    that is no module of its own)."""
     site = MK.Site(x.shape[-1], x.shape[-1])
     forward = {
         "layer_norm": lambda x, knobs: VR.layer_norm(x, params["weight"], params.get("bias", 0.0), eps, **knobs),
         "rms_norm": lambda x, knobs: VR.rms_norm(x, params["weight"], eps, **knobs),
         "gated_feed_forward": lambda x, knobs: VR.gated_feed_forward(params, x, activation, **knobs),
-        "positions": lambda x, knobs: x + VR.sinusoid_tables(x.shape[1], x.shape[-1])[knobs["table"]],
+        "positions": lambda x, knobs: x + VR.sinusoid_tables(x.shape[1], x.shape[-1], layout)[knobs["table"]],
     }[unit]
 
     def run(knobs: dict):
@@ -118,15 +128,17 @@ def match_unit(
     return []
 
 
-def match_embedding(user_x, ids, table, positions, D, where, valid=None, scale_expected=True) -> list:
+def match_embedding(
+    user_x, ids, table, positions, D, where, valid=None, scale_expected=True, layout="interleaved"
+) -> list:
     """Variants of the embedding sum scale * E[ids] + P[:T] (units "embedding" and "positions"): a wrong scale,
-    a wrong position table, or both."""
+    a wrong position table (in the sinusoids' `layout`), or both."""
     site = MK.Site(D, D)
     scales = [("", "", math.sqrt(D) if scale_expected else 1.0)]
     scales += [(vid, message, knobs["scale"]) for vid, message, knobs in MK.variants("embedding", site)]
     tables = [("", "", positions)]
     if positions is not None:
-        options = VR.sinusoid_tables(len(positions), D)
+        options = VR.sinusoid_tables(len(positions), D, layout)
         tables += [(vid, message, options[knobs["table"]]) for vid, message, knobs in MK.variants("positions", site)]
     found, unmatched = [], math.inf
     for (sid, scale_message, scale), (tid, table_message, pos) in itertools.product(scales, tables):

@@ -34,6 +34,11 @@ ACTIVATIONS = {
     True: ("silu", "gelu", "gelu_tanh", "relu", "quick_gelu"),
     False: ("relu", "gelu", "gelu_tanh", "silu", "quick_gelu"),
 }
+# the ops each records in a forward (written out: erf's GELU, tanh's, x * sigmoid(x)): those a block applies first
+RECORDED = {
+    "relu": {"relu"}, "gelu": {"gelu", "erf"}, "gelu_tanh": {"gelu", "tanh"}, "silu": {"silu", "sigmoid"},
+    "quick_gelu": {"sigmoid"},
+}  # fmt: skip
 
 
 def stated(given: dict) -> dict:
@@ -77,7 +82,7 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
         notes.append(f"RoPE scaled as the module's config states: {scaling.rope_type}, base {theta:g}")
     first = cfg.rope_theta if scaled is not None else given.get("rope_theta")
     rope64, thetas, rotary, orders = (
-        TB.rope(user, cfg.d_head, first, notes, computed, cfg.rope_scaling if scaled else None)
+        TB.rope(user, cfg.d_head, first, notes, computed, cfg.rope_scaling if scaled else None, flow)
         if rope
         else ({}, [], None, {})
     )
@@ -172,14 +177,17 @@ def probe_of(check: Check, caller) -> LV.Probe:
 
 def config_candidates(entry, model: Model, flow, rope: list, given: dict) -> list:
     """The inferred config, and what the shapes cannot tell (pre- or post-norm, the activation, the embedding scale,
-    RoPE and its base) varied where the caller did not fix it."""
+    RoPE and its base) varied where the caller did not fix it; the activations whose ops the feed-forward blocks
+    apply first."""
     base = model.cfg
     options: list = [{}]
     if "norm_first" in entry.searches and "norm_first" not in given:  # told by a final norm (pre-norm's) or the flow
         told = entry.final_norms == "pre-norm" or flow is not None and flow.norm_first is not None
         options = [{"norm_first": v} for v in ([base.norm_first] if told else [False, True])]
     if "activation" in entry.searches and "activation" not in given:
-        options = [o | {"activation": a} for o in options for a in ACTIVATIONS[base.gated_ffn]]
+        applied = flow.activations if flow is not None else set()
+        activations = sorted(ACTIVATIONS[base.gated_ffn], key=lambda a: not RECORDED[a] & applied)
+        options = [o | {"activation": a} for o in options for a in activations]
     options = [o | r for o in options for r in rope or [{}]]
     scale = flow.position_scale if flow is not None and "rope_scaling" not in given else None
     if scale is not None and scale != 1:  # RoPE's positions divided by a factor: linear scaling, tried first

@@ -15,6 +15,8 @@ from . import dataflow as DF
 from .unsupported import NoPair
 from .variants import sinusoid_tables
 
+LAYOUTS = ("interleaved", "split")  # the reference's sinusoid layouts (config.sinusoid_layout)
+
 
 def float32_angle_tolerance(angles: np.ndarray) -> np.ndarray:
     """How far sin or cos of `angles` (float64) may be from the same computed in float32: the argument itself is
@@ -46,17 +48,20 @@ def fixed_tables(module, fixed: list, notes: list, flow=None) -> tuple[dict, str
     for t in fixed:
         value = _squeezed(tensors[t.name]).reshape(t.rows, t.width)
         tolerance = float32_angle_tolerance(np.arange(t.rows, dtype=np.float64)[:, None])  # angles <= position
-        tables = sinusoid_tables(t.rows, t.width)
-        name = next((n for n, table in tables.items() if _within(value, table, tolerance)), None)
-        if name is None:
+        tables = {
+            (n, order): table for order in LAYOUTS for n, table in sinusoid_tables(t.rows, t.width, order).items()
+        }
+        found = next((key for key, table in tables.items() if _within(value, table, tolerance)), None)
+        if found is None:
             _other_sinusoids(t, value, flow)
             continue
-        overwrite[t.name] = tables[name]
+        name, order = found
+        overwrite[t.name] = tables[found]
         if name == "wrong_frequencies":
-            wrong = True
+            wrong, layout = True, order
             notes.append(
-                f"{t.name}: a sinusoid table whose frequencies are all 1 (to float32 precision; overwritten with "
-                "that table in float64)"
+                f"{t.name}: a sinusoid table ({order}) whose frequencies are all 1 (to float32 precision; "
+                "overwritten with that table in float64)"
             )
         else:
             layout = name
@@ -314,15 +319,16 @@ def _tensors_kept(module):
 
 
 def rope(
-    module, Dh: int, first: float | None, notes: list, computed=(), scaling: RopeScaling | None = None
+    module, Dh: int, first: float | None, notes: list, computed=(), scaling: RopeScaling | None = None, flow=None
 ) -> tuple[dict, list, int | None]:
     """The user's RoPE as its module keeps it. The bases tried: `first` (the caller's), those of the tables its
     forward computed (`computed`, a batch's first), those the module states (a base attribute, transformers' config,
     an inv_freq buffer, a table rope_table reads), then 10000. Each RoPE table kept in float32 equal to one of
     rope_tables at one of them is overwritten with its float64 values. The rotary width where fewer than Dh features
     turn (GPT-NeoX's rotary_pct): twice a shorter inv_freq's length, else GPT-J's sin-and-cos table's width or that
-    of the tables the forward computed (Phi-2's). Returns ({name: float64 values}, the bases with the module's
-    tables' first, that rotary width or None)."""
+    of the tables the forward computed (Phi-2's). A table the forward (`flow`) adds (Marian's sin | cos positions
+    buffer) is none of RoPE's. Returns ({name: float64 values}, the bases with the module's tables' first, that
+    rotary width or None)."""
     found = [] if first is None else [float(first)]
     read = [r for r in (base_of(v, Dh) for v in computed) if r is not None]
     found += [base for base, _ in read if base is not None]
@@ -337,6 +343,7 @@ def rope(
                 lengths |= {buf.numel()} if buf.ndim == 1 else set()
         found += [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
     kept = [(name, t) for name, t in _tensors_kept(module) if t.is_complex() or t.is_floating_point()]
+    kept = [(name, t) for name, t in kept if flow is None or not flow.added(name)]
     relabel64, relabel_base, relabel_width, orders = _relabelled_kept(kept, Dh, notes)
     kept = [(name, t) for name, t in kept if name not in relabel64]
     found += [t[0] for t in (rope_table(_squeezed(t), Dh) for _, t in kept) if t is not None]

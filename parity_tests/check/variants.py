@@ -204,9 +204,12 @@ def gated_feed_forward(params, x, activation="silu", on_up=False):
     return linear((np.clip(u, -L, L) + 1) * a / (1 + np.exp(-params["alpha"] * a)), params, "linear2")
 
 
-def sinusoid_tables(max_len: int, d_model: int) -> dict:
+def sinusoid_tables(max_len: int, d_model: int, layout: str = "interleaved") -> dict:
     """The fixed tables a user's module may hold: the reference's two layouts, and the one with every frequency 1
-    (`2 * i // d_model` is 0 for every i < d_model / 2, so 10000 ** 0 = 1): PE[pos, 2i] = sin(pos), cos at 2i+1."""
-    tables = {layout: sinusoidal_table(max_len, d_model, np.float64, layout) for layout in ("interleaved", "split")}
+    (`2 * i // d_model` is 0 for every i < d_model / 2, so 10000 ** 0 = 1) in `layout`: PE[pos, 2i] = sin(pos), cos
+    at 2i+1, or (split) the sines first."""
+    tables = {order: sinusoidal_table(max_len, d_model, np.float64, order) for order in ("interleaved", "split")}
     pos = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
-    return tables | {"wrong_frequencies": np.where(np.arange(d_model) % 2 == 0, np.sin(pos), np.cos(pos))}
+    ones = np.where(np.arange(d_model) % 2 == 0, np.sin(pos), np.cos(pos))
+    ones = np.concatenate([ones[:, 0::2], ones[:, 1::2]], axis=1) if layout == "split" else ones
+    return tables | {"wrong_frequencies": ones}

@@ -71,6 +71,14 @@ First met: 21 of 24 right. Wrong:
   activation='relu' (the SiLU misread too): a split-layout table whose frequencies are all 1 is not read as
   sinusoids at all.
 
+Fixed since: all 24 right. A model that may be called with no mask and then builds its own (here from ids != pad)
+is called only with the mask kinds under which it computes what it computes with its own: its default tells its
+argument's convention (the 0/1 keep mask here, so the unconverted mask is named). A kept table the forward first
+combines with sums only (added to the stream) is a position table, never read as a RoPE table (GPT-J's sin | cos
+has the same values, but multiplies q and k). The all-1 sinusoids are read in either layout (sines, then cosines,
+as Marian's), the reference's table taken in that layout. Where nothing matches, the config assumed takes first
+the activations whose ops the feed-forward blocks apply (SiLU here, no longer ReLU).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
