@@ -85,6 +85,7 @@ TODAY |= {  # fresh30: weights used through a transform
 }
 TODAY |= {  # fresh36: heads and wrappers of fine-tuning code
     "seqcls_llama": "differs at score: a projection of every position's state (the head, not the row picked)",
+    "seqcls_llama.kv_heads_tiled_second_layer": "differs at score: a projection (the tiled heads before it unnamed)",
     "seqcls_llama.layer": "could not judge: forward raised (its (B, S) attention_mask given another form)",
     "seqcls_llama.layer.kv_heads_tiled": "could not judge: forward raised (its attention_mask given another form)",
     "reward_llama": "could not judge: output has shape (6,), the reference's (3, 6, 26); pass call= or mapping=",

@@ -6,9 +6,10 @@ heads, wrappers and training-time tricks none of the other corpus files uses. Th
   then the row of each sequence's last non-padding token picked (the index of the first pad id minus one, modulo
   the length, so that a sequence without padding reads its last token). The reference has no classifier of
   decoder states: judged whole at "transformer_lm" the honest answer is that it has no pair for reading one
-  position per sequence (said at the module, whose forward picks the row). Its decoder layers are what the
-  reference can judge: one of them at "decoder_only_layer" passes, and the same layer with its K/V heads tiled
-  is named;
+  position per sequence (said at the module, whose forward picks the row). With its second layer's K/V heads
+  tiled, judged whole, the first divergence in forward order is that layer's attention, a catalogued mistake the
+  answer names before any op without a pair. Its decoder layers are what the reference can judge alone: one of
+  them at "decoder_only_layer" passes, and the same layer with its K/V heads tiled is named;
 - a reward model: the same trunk, a scalar `v_head` on the hidden state of the last position (B,): no pair, as
   the classifier;
 - TRL's value head beside the LM head: a GPT-2 model wrapped as `pretrained_model`, a `v_head` (dropout, Linear
@@ -42,13 +43,15 @@ float64 (`_plain_attention_agrees`, measured: 0.0); a classifier or reward read 
 tokens and prefix keys, are math the reference has no level for; the extra outputs beside the logits (values, MTP
 logits) are not the LM's output; an early exit or a skipped layer is judged as what evaluation computes.
 
-First met: 5 of 17 right (the value-head GPT and its inverted mask, the NEFTune Llama, its noise left on in
+First met: 5 of 18 right (the value-head GPT and its inverted mask, the NEFTune Llama, its noise left on in
 evaluation and its inverted mask). Wrong:
 
 - seqcls_llama: "differs at score: a projection of every position's state (32 -> 3 features), which the reference
   has no pair for" (no pair, but said at the score head, the first op without a pair in forward order, not at the
   pick of the last non-padding token the expectation names; a defensible place: the reference's head is as wide as
   its vocabulary, so a 3-wide head over every position has no pair either);
+- seqcls_llama.kv_heads_tiled_second_layer: the same "differs at score: a projection of every position's state
+  (32 -> 3 features) ..." (the tiled heads of model.layers.1.self_attn, earlier in forward order, not named);
 - seqcls_llama.layer and .layer.kv_heads_tiled: "could not judge: the module's forward could not be recorded on
   the inputs of 'decoder_only_layer' ... (its forward raised RuntimeError: The size of tensor a (3) must match the
   size of tensor b (6) at non-singleton dimension 3); pass call= ... or mapping=" (the layer's optional
@@ -556,6 +559,13 @@ def _plain_attention_agrees() -> float:
 
 CASES = [
     ("seqcls_llama", seqcls_llama, LM, {}, ("no pair", "", "position")),
+    (
+        "seqcls_llama.kv_heads_tiled_second_layer",
+        lambda: seqcls_llama_with({1: "kv_tiled"}),
+        LM,
+        {},
+        ("mistake", "attention.kv_heads_tiled", "model.layers.1.self_attn"),
+    ),
     ("seqcls_llama.layer", seqcls_layer, "decoder_only_layer", {}, "pass"),
     (
         "seqcls_llama.layer.kv_heads_tiled",
