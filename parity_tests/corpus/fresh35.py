@@ -49,7 +49,8 @@ Expected verdicts, decided from the math before the judge ran:
   attention.mask_ignored at `layers.1.self_attn`. With its token dropout (ESM-2's checkpoints run it in eval too)
   the embeddings are multiplied by 0.88 / (1 - ratio): a factor of each sequence, no embedding scale of the
   reference (sqrt(D) or none), and the table cannot absorb it (the ratio depends on the sequence): no pair at the
-  module whose forward does it, its `mul`.
+  module whose forward does it, its `mul` (the `masked_fill` before it zeroes the <mask> token's rows, as a table
+  whose <mask> row is zero would: a table the reference has).
 - the MusicGen decoder layer (causal self-attention, cross-attention on a keep mask, GELU MLP, pre-norm) is the
   reference's decoder layer: a pass at decoder_layer; its self-attention made non-causal (`is_causal=False`) in the
   second layer, judged alone, is attention.not_causal at `self_attn`. The whole decoder given codes (B, K, T): the
