@@ -587,6 +587,14 @@ def _renormed(rec) -> tuple | None:
     return None if node is None else (node.module, what.format(node.extra, node.extra.partition("=")[2]))
 
 
+def _batch_norm(rec) -> tuple | None:
+    """F.batch_norm (nn.BatchNorm1d, PatchTST's norm between two transposes): each feature normalised by statistics
+    over the batch (in evaluation, its running ones: a fixed affine map per feature), not over the features."""
+    node = next((n for n in rec.nodes if n.op == "batch_norm"), None)
+    what = "batch_norm(x) normalises each feature by its statistics over the batch (running ones in evaluation)"
+    return None if node is None else (node.module, f"{what}, not each position over its features")
+
+
 def _glu(rec) -> tuple | None:
     node = next((n for n in rec.nodes if n.op == "glu"), None)  # F.glu, nn.GLU: one op, no activation of the reference
     return None if node is None else (node.module, "glu(x) computes a * sigmoid(b) of x's two halves (a sigmoid GLU)")
@@ -844,10 +852,10 @@ def _uncalled(flow) -> tuple | None:
 
 def _embedding_scale(rec) -> tuple | None:
     """A token lookup (B, T, D) multiplied by a number c other than 1 and sqrt(D) (the reference's scale_embeddings)
-    and D (the catalogue's embedding.double_scale): Granite's embedding_multiplier, MiniCPM's scale_emb; said where
-    it is multiplied."""
+    and D (the catalogue's embedding.double_scale): Granite's embedding_multiplier, MiniCPM's scale_emb, ESM-2's token
+    dropout (after a masked_fill zeroing the <mask> rows, as a table's zero row would); said where it is multiplied."""
     for lookup in (n for n in rec.nodes if n.op == "embedding" and n.shape):
-        ahead = DF.walk(lookup.children, lambda n: n.children if n.op in DF.VIEWS | {"dropout"} else [])
+        ahead = DF.walk(lookup.children, lambda n: n.children if n.op in DF.VIEWS | {"dropout", "masked_fill"} else [])
         node, D = next((n for n in ahead if DF._factor(n) is not None), None), lookup.shape[-1]
         c = DF._factor(node) if node is not None else None
         if c is not None and not any(math.isclose(c, s, rel_tol=1e-3) for s in (1.0, math.sqrt(D), D)):
@@ -963,7 +971,7 @@ def _norm_after_rotary(rec) -> tuple | None:
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
     _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row, _norm_after_rotary, _weightless_norm,
-    _unit_length, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores,
-    _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped, _rounded, _activation, _value_embedding,
-    _learned_scale, _pooled, _feature_head, _uncalled,
+    _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu, _previous_gate, score_terms,
+    clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped, _rounded, _activation,
+    _value_embedding, _learned_scale, _pooled, _feature_head, _uncalled,
 )  # fmt: skip
