@@ -595,6 +595,67 @@ def _batch_norm(rec) -> tuple | None:
     return None if node is None else (node.module, f"{what}, not each position over its features")
 
 
+def _read_ids(node) -> bool:
+    """A table lookup whose ids vary along the sequence and are no positions (0 .. T - 1 from some start on every
+    row): ids the module was given, not made."""
+    ids = node.value if node.op == "embedding" and isinstance(node.value, np.ndarray) and node.value.size else None
+    steps = None if ids is None else np.diff(ids.reshape(-1, ids.shape[-1]), axis=-1)
+    return steps is not None and steps.size > 0 and not (steps == 1).all() and not (steps == 0).all()
+
+
+def _given(node) -> frozenset:
+    """The module's inputs `node` is computed from: the float tensors it was given, the tables its ids read."""
+    up = DF.walk([node], lambda n: n.parents)
+    return frozenset(n.index for n in up if n.op == "input" or _read_ids(n))
+
+
+def _joined(rec) -> tuple | None:
+    """Tensors computed from separate inputs of the module (a Decision Transformer's returns, states and actions, each
+    embedded; LLaVA's projected image features and the text's embeddings) stacked or concatenated into one sequence:
+    the reference embeds one sequence of ids."""
+    for node in (n for n in rec.nodes if n.op in ("stack", "cat") and len(n.parents) > 1):
+        given = [_given(p) for p in node.parents]
+        if all(given) and len(set(given)) == len(given):
+            what = "; ".join(f"[{', '.join(_embedded_by(p)) or 'the input'}]" for p in node.parents)
+            return node.module, f"{node.op} joins tensors embedded from separate inputs ({what}) into one sequence"
+    return None
+
+
+def _embedded_by(node) -> list:
+    """The weights of the nearest projections and table lookups behind `node`, in the order they ran."""
+    ends = DF.walk([node], lambda n: [] if DF.projection(n) or n.op == "embedding" else n.parents)
+    weights = [(n.index, DF.projection(n) or n.op == "embedding" and DF.weight_of(n.parents[-1])) for n in ends]
+    return [w for _, w in sorted(weights) if w]
+
+
+def _tables_summed(rec) -> tuple | None:
+    """The rows of several token tables, each read by ids the module was given, summed (MusicGen's codebooks): the
+    reference reads its tokens from one table."""
+
+    def tables(node) -> list:  # those the sums up to `node` read, in the order they were read
+        looked = DF.walk([node], lambda n: n.parents if n.op in DF.ADDS | DF.VIEWS else [])
+        found = sorted((n.index, DF.weight_of(n.parents[-1])) for n in looked if _read_ids(n) and n.parents)
+        return list(dict.fromkeys(t for _, t in found if t))
+
+    for node in (n for n in rec.nodes if n.op in DF.ADDS and len(tables(n)) > 1):
+        last = max(DF.walk([node], lambda n: [c for c in n.children if c.op in DF.ADDS]), key=lambda n: n.index)
+        return node.module, f"the rows of {', '.join(tables(last))}, each read by the ids, are summed"
+    return None
+
+
+def _windows(rec) -> tuple | None:
+    """Tensor.unfold cutting the input into overlapping windows (PatchTST's patches, stride < patch length): the
+    reference's patches (a ViT's) are disjoint."""
+    for node in (n for n in rec.nodes if n.op == "unfold" and n.parents and len(n.shape) > 1):
+        before, size = node.parents[0].shape, node.shape[-1]
+        axis = next((i for i, (a, b) in enumerate(zip(node.shape[:-1], before, strict=False)) if a != b), None)
+        count = node.shape[axis] if axis is not None else 0
+        if count * size > before[axis or 0]:
+            said = f"{count} overlapping windows of {size} along an axis of {before[axis]}"
+            return node.module, f"unfold cuts the input into {said} (patches that overlap)"
+    return None
+
+
 def _glu(rec) -> tuple | None:
     node = next((n for n in rec.nodes if n.op == "glu"), None)  # F.glu, nn.GLU: one op, no activation of the reference
     return None if node is None else (node.module, "glu(x) computes a * sigmoid(b) of x's two halves (a sigmoid GLU)")
@@ -970,8 +1031,8 @@ def _norm_after_rotary(rec) -> tuple | None:
 
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row, _norm_after_rotary, _weightless_norm,
-    _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu, _previous_gate, score_terms,
-    clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped, _rounded, _activation,
-    _value_embedding, _learned_scale, _pooled, _feature_head, _uncalled,
+    _joined, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
+    _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
+    _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
+    _rounded, _activation, _value_embedding, _learned_scale, _pooled, _feature_head, _uncalled,
 )  # fmt: skip
