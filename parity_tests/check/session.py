@@ -99,7 +99,7 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
             f"the scores' scale {yarn:.6g}: d_head^-1/2 times the squared mscale of the YaRN the module states"
         )
     norm_eps = {n.module: n.eps for n in [*found.norms, *found.qk_norms.values()]}  # q/k norms (Qwen3, OLMo 2) too
-    scales = TB.scales(user, cfg.d_model, notes) if is_module else {}
+    scales = TB.scales(user, (cfg.d_model, cfg.d_head), notes) if is_module else {}
     return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope64, thetas, scales, orders)
 
 

@@ -451,7 +451,8 @@ def _weightless_norm(rec) -> tuple | None:
     """A norm no learned scale multiplies: torch's given no weight, or one by hand (x * rsqrt(m + eps), x / (sqrt(m)
     + eps): Llama 4's q and k norms) nothing learned scales after (through views) nor before (T5's w * x * rsqrt).
     A learned number after it is its scale only where it is the normed x's one use (the speedrun's lambdas[0] times
-    its normed embeddings, which are read unscaled too, is no weight of that norm)."""
+    its normed embeddings, which are read unscaled too, is no weight of that norm). A product with a projection's
+    output instead (DiT's 1 + scale from adaLN_modulation(c)) is said as that modulation, where it is taken."""
     for node in rec.nodes:
         if node.op in NORMS and any(DF.root(p).param is not None for p in node.parents):
             continue
@@ -462,6 +463,14 @@ def _weightless_norm(rec) -> tuple | None:
         scales = [p for n in uses if n.op not in DF.PRODUCTS for p in n.parents if len(uses) == 1 or _per_feature(p)]
         scales += [p for n in before if n.op in DF.MULS and node.op not in NORMS for p in n.parents]
         if normed is not None and not any(map(_learned, scales)):
+            made = [(n, w) for n in uses if n.op in DF.MULS for p in n.parents if (w := DF.back(p)[0])]
+            if made:  # 1 + scale projected from a conditioning (DiT's adaLN): where the product is taken
+                n, weights = made[0]
+                what = f"the output of {_by_hand(node, normed)} is scaled by a tensor {', '.join(weights)} computes"
+                return (
+                    n.module,
+                    f"{what} (a modulation of the norm, adaLN's), where the reference's norms learn a weight",
+                )
             if node.op == "normalize":  # x / max(|x|_2, eps)
                 return node.module, "F.normalize(x) scales each vector to unit length (L2), without a weight"
             return node.module, f"{_by_hand(node, normed)} normalises without a weight (no learned scale)"
