@@ -463,7 +463,13 @@ def _weightless_norm(rec) -> tuple | None:
         scales = [p for n in uses if n.op not in DF.PRODUCTS for p in n.parents if len(uses) == 1 or _per_feature(p)]
         scales += [p for n in before if n.op in DF.MULS and node.op not in NORMS for p in n.parents]
         if normed is not None and not any(map(_learned, scales)):
-            made = [(n, w) for n in uses if n.op in DF.MULS for p in n.parents if (w := DF.back(p)[0])]
+            made = [
+                (n, w)
+                for n in uses
+                if n.op in DF.MULS
+                for p in n.parents
+                if _modulation(p, node) and (w := DF.back(p)[0])
+            ]
             if made:  # 1 + scale projected from a conditioning (DiT's adaLN): where the product is taken
                 n, weights = made[0]
                 what = f"the output of {_by_hand(node, normed)} is scaled by a tensor {', '.join(weights)} computes"
@@ -475,6 +481,13 @@ def _weightless_norm(rec) -> tuple | None:
                 return node.module, "F.normalize(x) scales each vector to unit length (L2), without a weight"
             return node.module, f"{_by_hand(node, normed)} normalises without a weight (no learned scale)"
     return None
+
+
+def _modulation(factor, normed) -> bool:
+    """Whether `factor` is a scale per feature of the normed (..., T, D), one for every position (DiT's 1 + scale,
+    (B, 1, D)): not a mask or a weight per position."""
+    f, x = factor.shape, normed.shape
+    return len(f) > 0 and f[-1] == x[-1] > 1 and (len(f) < len(x) or len(f) > 1 and f[-2] == 1 < x[-2])
 
 
 def _by_hand(root_op, normed) -> str:
