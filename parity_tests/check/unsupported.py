@@ -666,9 +666,9 @@ def _tables_summed(rec) -> tuple | None:
 
 
 def _windows(rec) -> tuple | None:
-    """Tensor.unfold cutting the input into overlapping windows (PatchTST's patches, stride < patch length): the
-    reference's patches (a ViT's) are disjoint."""
-    for node in (n for n in rec.nodes if n.op == "unfold" and n.parents and len(n.shape) > 1):
+    """Tensor.unfold cutting the module's input itself into overlapping windows (PatchTST's patches, stride < patch
+    length): the reference's patches (a ViT's) are disjoint. An unfold of computed keys (a sliding window) is none."""
+    for node in (n for n in rec.nodes if n.op == "unfold" and n.parents and DF.root(n.parents[0]).op == "input"):
         before, size = node.parents[0].shape, node.shape[-1]
         axis = next((i for i, (a, b) in enumerate(zip(node.shape[:-1], before, strict=False)) if a != b), None)
         count = node.shape[axis] if axis is not None else 0
