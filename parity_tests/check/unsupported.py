@@ -651,13 +651,15 @@ def _embedded_by(node) -> list:
 
 
 def _tables_summed(rec) -> tuple | None:
-    """The rows of several token tables, each read by ids the module was given, summed (MusicGen's codebooks): the
-    reference reads its tokens from one table."""
+    """The rows of several token tables of one shape, each read by ids the module was given, summed (MusicGen's
+    codebooks): the reference reads its tokens from one table (its position table, of another shape, read at given
+    positions: a tree's, is none)."""
 
-    def tables(node) -> list:  # those the sums up to `node` read, in the order they were read
+    def tables(node) -> list:  # those the sums up to `node` read, in the order they were read, of one shape
         looked = DF.walk([node], lambda n: n.parents if n.op in DF.ADDS | DF.VIEWS else [])
-        found = sorted((n.index, DF.weight_of(n.parents[-1])) for n in looked if _read_ids(n) and n.parents)
-        return list(dict.fromkeys(t for _, t in found if t))
+        found = sorted((n.index, n.parents[-1]) for n in looked if _read_ids(n) and DF.weight_of(n.parents[-1]))
+        shapes = [DF.root(t).shape for _, t in found]
+        return list(dict.fromkeys(DF.weight_of(t) for _, t in found)) if len(set(shapes)) == 1 else []
 
     for node in (n for n in rec.nodes if n.op in DF.ADDS and len(tables(n)) > 1):
         last = max(DF.walk([node], lambda n: [c for c in n.children if c.op in DF.ADDS]), key=lambda n: n.index)
