@@ -81,18 +81,6 @@ TODAY |= {  # fresh36: heads and wrappers of fine-tuning code
     "prompt_tuned_llama": "could not judge: ids longer than max_len=4 (prompt_encoder read as a position table)",
     "prefix_tuned_llama": "unexplained at base_model.model.layers.0.self_attn: no id, the prefix keys not named",
 }
-TODAY |= {  # fresh35: transformers outside text LMs
-    "decision_transformer": "could not judge: ids put in the example's states (Long and Float), the interleave unread",
-    "patchtst": "could not judge: ids put in the example's series (not enough values to unpack)",
-    "musicgen": "could not judge: ids put in the example's codes (index 3 is out of bounds)",
-    "llava.image": "could not judge: ids put in the example's image features (Long and Float)",
-    "patchtst_encoder": "differs at layers.0.self_attn: the frozen 8^-0.5 parameter read as a learned temperature",
-    "patchtst_encoder.float_scale.batch_norm": "unexplained: layers.0 diverges; BatchNorm1d not named",
-    "esm2.token_dropout": "unexplained: embed_tokens is the reference's times 0.88; the mul not said as no pair",
-    "musicgen.layer": "could not judge: encoder_hidden_states=None (a default) not taken as the memory",
-    "musicgen.layer.not_causal_second_layer": "could not judge: encoder_hidden_states=None not taken as the memory",
-    "dit_block": "differs at norm1: normalises without a weight (the adaLN modulation not named)",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

@@ -182,7 +182,7 @@ POSITION_NAMES = ("position_ids", "positions", "pos_ids", "input_pos", "pos")
 
 def _signature(module, n_data: int) -> tuple:
     """The user's forward as the callers read it: (its positional parameters, the names of those named for masks,
-    the names of the data parameters: without defaults; or, when every one is optional, the first n_data; the
+    the names of the data parameters: without defaults, then optional ones up to n_data; the
     required ones named for positions, POSITION_NAMES); a forward(batch) of a dict: its keys (_batch_keys)."""
     forward = module.forward if isinstance(module, nn.Module) else module
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -191,8 +191,10 @@ def _signature(module, n_data: int) -> tuple:
     masks = [p.name for p in params if "mask" in p.name.lower()]
     positions = [p.name for p in params if p.name.lower() in POSITION_NAMES and p.default is p.empty]
     unmasked = [p for p in params if p.name not in masks + positions]
-    # those without defaults; where every one is optional (transformers' forward(input_ids=None, ...)), the first ones
-    data = [p.name for p in unmasked if p.default is p.empty] or [p.name for p in unmasked][:n_data]
+    # those without defaults, then optional ones where the level gives more (forward(x, memory=None): a decoder layer
+    # run alone when no memory is given; transformers' forward(input_ids=None, ...))
+    data = [p.name for p in unmasked if p.default is p.empty]
+    data += [p.name for p in unmasked if p.default is not p.empty][: max(0, n_data - len(data))]
     return params, masks, data, positions
 
 

@@ -307,7 +307,7 @@ def module(
             result.notes += wrapped + scripted + parametrized + adapted + graphed + computed + linear
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
-        return could_not_judge(user_module, reference, found.flow, exc)
+        return could_not_judge(user_module, reference, found.flow or found.own, exc)
     finally:
         torch.set_num_threads(threads)
 

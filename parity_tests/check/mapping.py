@@ -73,6 +73,7 @@ class Structure:
     qk_norms: dict = field(default_factory=dict)  # (q or k projection's weight, role) -> its per-head Norm (Qwen3)
     flow: DF.Flow | None = None  # what the recorded forward said, or None where it could not run
     unrecorded: str = ""  # where the forward could not be recorded: what its last try raised
+    own: DF.Flow | None = None  # then, the example's own call recorded (session.own_call), or None
     names: set = field(default_factory=set)  # every parameter's name (one the forward leaves unread included)
     lacking: NoPair | None = None  # the first module whose math the reference lacks (raised once the forward is read)
 

@@ -99,7 +99,7 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
             f"the scores' scale {yarn:.6g}: d_head^-1/2 times the squared mscale of the YaRN the module states"
         )
     norm_eps = {n.module: n.eps for n in [*found.norms, *found.qk_norms.values()]}  # q/k norms (Qwen3, OLMo 2) too
-    scales = TB.scales(user, cfg.d_model, notes) if is_module else {}
+    scales = TB.scales(user, (cfg.d_model, cfg.d_head), notes) if is_module else {}
     return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope64, thetas, scales, orders)
 
 
@@ -327,7 +327,23 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
     if found.lacking is not None:  # raised with the recorded forward: an earlier op may be what it lacks first
         found.lacking.flow = flow
         raise found.lacking
-    return MP.with_flow(found, user, flow, raised)
+    own = own_call(user, conventions["example"]) if flow is None and conventions.get("example") else None
+    return dataclasses.replace(MP.with_flow(found, user, flow, raised), own=own)
+
+
+def own_call(user: nn.Module, example: tuple) -> DF.Flow | None:
+    """The example's own call recorded (a copy in float64, its float tensors widened), where the level's probe could
+    not be put in the place of its inputs (a Decision Transformer's states, a series, codebooks, image features): what
+    the module computes there is read for math the reference lacks (unsupported.explain); None where it raises."""
+    model = copy_module(user).double().eval()
+    args, kwargs = (
+        [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in part]
+        for part in (example[0], example[1].values())
+    )
+    try:
+        return DF.record(lambda: model(*args, **dict(zip(example[1], kwargs, strict=True))), model)
+    except Exception:  # the example does not run either: what the probe's tries raised is said
+        return None
 
 
 def hides_id(user, level: str, tables: list, pad: int) -> bool:

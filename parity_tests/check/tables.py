@@ -262,14 +262,16 @@ def rope_tables(theta: float, Dh: int, T: int, scaling: RopeScaling | None = Non
     return {what.replace("RoPE", kind, 1): v for what, v in tables.items()}
 
 
-def scales(module, D: int, notes: list) -> dict:
-    """The float32 scalar buffers equal to sqrt(d_model) or its inverse to float32 precision (transformers' Gemma's
-    embed_scale; .double() widens it rounded): {name: the float64 value to overwrite it with}, a note for each. A
-    plain tensor attribute stays a float32 island (running.py)."""
-    found = {}
-    for name, t in module.named_buffers():
+def scales(module, sizes: tuple, notes: list) -> dict:
+    """The float32 scalar buffers and frozen parameters equal to the square root of one of `sizes` (d_model, d_head)
+    or its inverse to float32 precision (transformers' Gemma's embed_scale, PatchTST's frozen scale of the scores;
+    .double() widens them rounded): {name: the float64 value to overwrite it with}, a note for each. A plain tensor
+    attribute stays a float32 island (running.py)."""
+    found, roots = {}, [e for n in sizes if n for e in (n**0.5, n**-0.5)]
+    frozen = [(n, p) for n, p in module.named_parameters() if not p.requires_grad]
+    for name, t in [*module.named_buffers(), *frozen]:
         value = float(t) if t.is_floating_point() and t.numel() == 1 and t.dtype != torch.float64 else None
-        exact = next((e for e in (D**0.5, D**-0.5) if value is not None and abs(value - e) <= 1e-7 * e), None)
+        exact = next((e for e in roots if value is not None and abs(value - e) <= 1e-7 * e), None)
         if exact is not None and value != exact:
             found[name] = np.array(exact)
             notes.append(

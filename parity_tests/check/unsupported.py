@@ -451,7 +451,8 @@ def _weightless_norm(rec) -> tuple | None:
     """A norm no learned scale multiplies: torch's given no weight, or one by hand (x * rsqrt(m + eps), x / (sqrt(m)
     + eps): Llama 4's q and k norms) nothing learned scales after (through views) nor before (T5's w * x * rsqrt).
     A learned number after it is its scale only where it is the normed x's one use (the speedrun's lambdas[0] times
-    its normed embeddings, which are read unscaled too, is no weight of that norm)."""
+    its normed embeddings, which are read unscaled too, is no weight of that norm). A product with a projection's
+    output instead (DiT's 1 + scale from adaLN_modulation(c)) is said as that modulation, where it is taken."""
     for node in rec.nodes:
         if node.op in NORMS and any(DF.root(p).param is not None for p in node.parents):
             continue
@@ -462,10 +463,31 @@ def _weightless_norm(rec) -> tuple | None:
         scales = [p for n in uses if n.op not in DF.PRODUCTS for p in n.parents if len(uses) == 1 or _per_feature(p)]
         scales += [p for n in before if n.op in DF.MULS and node.op not in NORMS for p in n.parents]
         if normed is not None and not any(map(_learned, scales)):
+            made = [
+                (n, w)
+                for n in uses
+                if n.op in DF.MULS
+                for p in n.parents
+                if _modulation(p, node) and (w := DF.back(p)[0])
+            ]
+            if made:  # 1 + scale projected from a conditioning (DiT's adaLN): where the product is taken
+                n, weights = made[0]
+                what = f"the output of {_by_hand(node, normed)} is scaled by a tensor {', '.join(weights)} computes"
+                return (
+                    n.module,
+                    f"{what} (a modulation of the norm, adaLN's), where the reference's norms learn a weight",
+                )
             if node.op == "normalize":  # x / max(|x|_2, eps)
                 return node.module, "F.normalize(x) scales each vector to unit length (L2), without a weight"
             return node.module, f"{_by_hand(node, normed)} normalises without a weight (no learned scale)"
     return None
+
+
+def _modulation(factor, normed) -> bool:
+    """Whether `factor` is a scale per feature of the normed (..., T, D), one for every position (DiT's 1 + scale,
+    (B, 1, D)): not a mask or a weight per position."""
+    f, x = factor.shape, normed.shape
+    return len(f) > 0 and f[-1] == x[-1] > 1 and (len(f) < len(x) or len(f) > 1 and f[-2] == 1 < x[-2])
 
 
 def _by_hand(root_op, normed) -> str:
@@ -585,6 +607,77 @@ def _renormed(rec) -> tuple | None:
     node = next((n for n in rec.nodes if n.op == "embedding" and n.extra.startswith("max_norm")), None)
     what = "embedding(ids, {}) rescales each row it reads to a norm of at most {} (in place, on the table)"
     return None if node is None else (node.module, what.format(node.extra, node.extra.partition("=")[2]))
+
+
+def _batch_norm(rec) -> tuple | None:
+    """F.batch_norm (nn.BatchNorm1d, PatchTST's norm between two transposes): each feature normalised by statistics
+    over the batch (in evaluation, its running ones: a fixed affine map per feature), not over the features."""
+    node = next((n for n in rec.nodes if n.op == "batch_norm"), None)
+    what = "batch_norm(x) normalises each feature by its statistics over the batch (running ones in evaluation)"
+    return None if node is None else (node.module, f"{what}, not each position over its features")
+
+
+def _read_ids(node) -> bool:
+    """A table lookup whose ids vary along the sequence and are no positions (0 .. T - 1 from some start on every
+    row): ids the module was given, not made."""
+    ids = node.value if node.op == "embedding" and isinstance(node.value, np.ndarray) and node.value.size else None
+    steps = None if ids is None else np.diff(ids.reshape(-1, ids.shape[-1]), axis=-1)
+    return steps is not None and steps.size > 0 and not (steps == 1).all() and not (steps == 0).all()
+
+
+def _given(node) -> frozenset:
+    """The module's inputs `node` is computed from: the float tensors it was given, the tables its ids read."""
+    up = DF.walk([node], lambda n: n.parents)
+    return frozenset(n.index for n in up if n.op == "input" or _read_ids(n))
+
+
+def _joined(rec) -> tuple | None:
+    """Tensors computed from separate inputs of the module (a Decision Transformer's returns, states and actions, each
+    embedded; LLaVA's projected image features and the text's embeddings) stacked or concatenated into one sequence:
+    the reference embeds one sequence of ids."""
+    for node in (n for n in rec.nodes if n.op in ("stack", "cat") and len(n.parents) > 1):
+        given = [_given(p) for p in node.parents]
+        if all(given) and len(set(given)) == len(given):
+            what = "; ".join(f"[{', '.join(_embedded_by(p)) or 'the input'}]" for p in node.parents)
+            return node.module, f"{node.op} joins tensors embedded from separate inputs ({what}) into one sequence"
+    return None
+
+
+def _embedded_by(node) -> list:
+    """The weights of the nearest projections and table lookups behind `node`, in the order they ran."""
+    ends = DF.walk([node], lambda n: [] if DF.projection(n) or n.op == "embedding" else n.parents)
+    weights = [(n.index, DF.projection(n) or n.op == "embedding" and DF.weight_of(n.parents[-1])) for n in ends]
+    return [w for _, w in sorted(weights) if w]
+
+
+def _tables_summed(rec) -> tuple | None:
+    """The rows of several token tables of one shape, each read by ids the module was given, summed (MusicGen's
+    codebooks): the reference reads its tokens from one table (its position table, of another shape, read at given
+    positions: a tree's, is none)."""
+
+    def tables(node) -> list:  # those the sums up to `node` read, in the order they were read, of one shape
+        looked = DF.walk([node], lambda n: n.parents if n.op in DF.ADDS | DF.VIEWS else [])
+        found = sorted((n.index, n.parents[-1]) for n in looked if _read_ids(n) and DF.weight_of(n.parents[-1]))
+        shapes = [DF.root(t).shape for _, t in found]
+        return list(dict.fromkeys(DF.weight_of(t) for _, t in found)) if len(set(shapes)) == 1 else []
+
+    for node in (n for n in rec.nodes if n.op in DF.ADDS and len(tables(n)) > 1):
+        last = max(DF.walk([node], lambda n: [c for c in n.children if c.op in DF.ADDS]), key=lambda n: n.index)
+        return node.module, f"the rows of {', '.join(tables(last))}, each read by the ids, are summed"
+    return None
+
+
+def _windows(rec) -> tuple | None:
+    """Tensor.unfold cutting the module's input itself into overlapping windows (PatchTST's patches, stride < patch
+    length): the reference's patches (a ViT's) are disjoint. An unfold of computed keys (a sliding window) is none."""
+    for node in (n for n in rec.nodes if n.op == "unfold" and n.parents and DF.root(n.parents[0]).op == "input"):
+        before, size = node.parents[0].shape, node.shape[-1]
+        axis = next((i for i, (a, b) in enumerate(zip(node.shape[:-1], before, strict=False)) if a != b), None)
+        count = node.shape[axis] if axis is not None else 0
+        if count * size > before[axis or 0]:
+            said = f"{count} overlapping windows of {size} along an axis of {before[axis]}"
+            return node.module, f"unfold cuts the input into {said} (patches that overlap)"
+    return None
 
 
 def _glu(rec) -> tuple | None:
@@ -844,10 +937,10 @@ def _uncalled(flow) -> tuple | None:
 
 def _embedding_scale(rec) -> tuple | None:
     """A token lookup (B, T, D) multiplied by a number c other than 1 and sqrt(D) (the reference's scale_embeddings)
-    and D (the catalogue's embedding.double_scale): Granite's embedding_multiplier, MiniCPM's scale_emb; said where
-    it is multiplied."""
+    and D (the catalogue's embedding.double_scale): Granite's embedding_multiplier, MiniCPM's scale_emb, ESM-2's token
+    dropout (after a masked_fill zeroing the <mask> rows, as a table's zero row would); said where it is multiplied."""
     for lookup in (n for n in rec.nodes if n.op == "embedding" and n.shape):
-        ahead = DF.walk(lookup.children, lambda n: n.children if n.op in DF.VIEWS | {"dropout"} else [])
+        ahead = DF.walk(lookup.children, lambda n: n.children if n.op in DF.VIEWS | {"dropout", "masked_fill"} else [])
         node, D = next((n for n in ahead if DF._factor(n) is not None), None), lookup.shape[-1]
         c = DF._factor(node) if node is not None else None
         if c is not None and not any(math.isclose(c, s, rel_tol=1e-3) for s in (1.0, math.sqrt(D), D)):
@@ -962,8 +1055,8 @@ def _norm_after_rotary(rec) -> tuple | None:
 
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row, _norm_after_rotary, _weightless_norm,
-    _unit_length, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores,
-    _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped, _rounded, _activation, _value_embedding,
-    _learned_scale, _pooled, _feature_head, _uncalled,
+    _joined, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
+    _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
+    _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
+    _rounded, _activation, _value_embedding, _learned_scale, _pooled, _feature_head, _uncalled,
 )  # fmt: skip

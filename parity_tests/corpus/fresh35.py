@@ -101,6 +101,15 @@ First met: 9 of 19 right. Wrong:
   has no pair for": a no pair (the project's rule on weightless norms), but at the LayerNorm whose gain and shift are
   the modulation's 1 + scale and shift from c; adaLN_modulation, the conditioning, not named.
 
+Fixed since: all 19 right. Where an example is given and the level's probe cannot be put in the place of its inputs,
+the judge records the example's own call and reads what the model computes there: tensors embedded from separate
+inputs joined by `stack` or `cat`, the rows of several token tables of one shape summed, and `unfold` cutting the
+input itself into overlapping windows are said where they run. A parameter with a default takes a slot the level
+gives (the memory of a decoder layer). Frozen float32 scalars equal to a square root of d_model or d_head (or its
+inverse) to float32 precision are the scale, overwritten with the exact value; `batch_norm` is said where it runs; a
+number the embeddings are multiplied by is read past a `masked_fill`; a norm without a weight whose output is scaled
+by a projection's output is said as that modulation, where the product is taken.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
