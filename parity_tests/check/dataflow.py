@@ -245,7 +245,7 @@ def record(run, module: nn.Module) -> Flow:
             out = run()
     finally:
         given.remove()
-    beside = _reaching(rec.nodes, rec.of.get(id(out)) if isinstance(out, torch.Tensor) else None)
+    beside = _reaching(rec.nodes, rec.of.get(id(out)) if isinstance(out, torch.Tensor) else None, names.values())
     flow = read(rec.nodes, rec.values)
     flow.beside = beside
     flow.calls = rec.calls
@@ -253,12 +253,14 @@ def record(run, module: nn.Module) -> Flow:
     return flow
 
 
-def _reaching(nodes: list, out: Node | None) -> list:
-    """The parameters read where the judged output `out` is not computed (none where it is unrecorded), those nodes
-    left inert (no op, parents or parameter; the list keeps its indices): parts whose outputs never reach it (Medusa's
-    draft heads beside the logits, a loss) are not the reference's."""
+def _reaching(nodes: list, out: Node | None, held) -> list:
+    """The parameters (of `held`) read only where the judged output `out` is not computed, or not read at all (none
+    where `out` is unrecorded), the nodes off its path left inert (no op, parents or parameter; the list keeps its
+    indices): parts whose outputs never reach it (Medusa's draft heads beside the logits, a loss, a layer an early
+    exit skips in evaluation) are not the reference's."""
     kept = {id(n) for n in walk([out], lambda n: n.parents)} if out is not None else {id(n) for n in nodes}
-    beside = sorted({n.param for n in nodes if n.param} - {n.param for n in nodes if n.param and id(n) in kept})
+    read = {n.param for n in nodes if n.param and id(n) in kept}
+    beside = sorted(set(held if out is not None else (n.param for n in nodes if n.param)) - read)
     for n in nodes:
         n.children = [c for c in n.children if id(c) in kept]
         if id(n) not in kept:
