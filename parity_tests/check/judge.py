@@ -93,6 +93,8 @@ def choose(check: Check) -> Choice:
     callers = own_kinds(check)
     for n, layout in enumerate(check.layouts):
         for caller in callers:
+            if caller.fallback and runnable:  # a call passing no mask only where every call passing one raised
+                continue
             p = probe_of(check, caller)
             try:
                 out = run_user(check, layout, caller, np.float64, probe=p)[0].detach().cpu().numpy()
@@ -123,7 +125,7 @@ def own_kinds(check: Check) -> tuple:
     """The callers to try: where the module may be passed no mask (it builds its own, BERT's from ids != pad) and
     passed none computes on the padded probe what it computes passed masks of some kinds, only the callers passing
     those kinds (its default tells its argument's convention) and the one passing none; all where no kind does."""
-    unmasked = [c for c in check.callers if not c.masks and c.call is None and c.template is None]
+    unmasked = [c for c in check.callers if not c.masks and c.call is None and c.template is None and not c.fallback]
     if not unmasked or not check.is_module or all(not c.masks for c in check.callers):
         return check.callers
 
