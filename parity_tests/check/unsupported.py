@@ -823,6 +823,20 @@ def _feature_head(rec) -> tuple | None:
     return None
 
 
+def _picked(rec) -> tuple | None:
+    """The states (B, T, D) read at one position per sequence into (B, D) (a reward model's hidden[:, -1]) by the
+    projection the module's output comes from (through element-wise ops and views), to a width other than D (not
+    BERT's pooler, D -> D): a head on one position, which no reference level has; said where the row is picked."""
+    for node in DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in ELEMENTWISE | DF.VIEWS else []):
+        x = node.parents[0] if DF.projection(node) is not None else None
+        whole = x.parents[0] if x is not None and x.op in DF.VIEWS | {"index_select", "gather"} and x.parents else None
+        if whole is not None and len(whole.shape) == 3 and tuple(x.shape) == (whole.shape[0], whole.shape[2]):
+            if node.shape[-1] != whole.shape[2]:
+                what = f"the state at one position per sequence, (B, T, D) -> (B, D), fed to {node.module or 'a head'}"
+                return x.module, f"{what}: a head of {whole.shape[2]} -> {node.shape[-1]} feature(s)"
+    return None
+
+
 def _uncalled(flow) -> tuple | None:
     """The parts of a block, holding weights, that the block never calls where another block calls its own
     (blocks.1.ln_2 left out of blocks.1's forward, blocks.0.ln_2 not): said at the first such block; a part inside
@@ -965,5 +979,5 @@ FINDS = (
     _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row, _norm_after_rotary, _weightless_norm,
     _unit_length, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores,
     _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped, _rounded, _activation, _value_embedding,
-    _learned_scale, _pooled, _feature_head, _uncalled,
+    _learned_scale, _pooled, _picked, _feature_head, _uncalled,
 )  # fmt: skip
