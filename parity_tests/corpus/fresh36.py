@@ -558,7 +558,7 @@ def _plain_attention_agrees() -> float:
 
 
 CASES = [
-    ("seqcls_llama", seqcls_llama, LM, {}, ("no pair", "", "position")),
+    ("seqcls_llama", seqcls_llama, LM, {}, ("no pair", "score", "every position")),
     (
         "seqcls_llama.kv_heads_tiled_second_layer",
         lambda: seqcls_llama_with({1: "kv_tiled"}),
