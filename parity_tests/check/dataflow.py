@@ -724,10 +724,7 @@ class Flow:
     def added(self, param: str) -> bool:
         """Whether the forward first combines the kept table `param` (seen through views) with sums only: positions
         added to the stream, not RoPE's tables, which multiply q and k."""
-        reads = [n for n in self.nodes if n.param == param]
-        ahead = walk(reads, lambda n: n.children if n.op in VIEWS or n.param else [])
-        met = [n for n in ahead if n.op not in VIEWS and n.param is None]
-        return bool(met) and all(n.op in ADDS for n in met)
+        return summed([n for n in self.nodes if n.param == param])
 
     def computed_from_projections(self, param: str) -> bool:
         """Whether `param`'s first use reads what projections made (a final norm), not tables only (an embedding's)."""
@@ -803,6 +800,14 @@ def _heads_merged(attentions: list) -> list:
     return merged
 
 
+def summed(starts: list) -> bool:
+    """Whether what `starts` make (seen through views) is first combined with sums only: a table added to the
+    stream, not concatenated to it (prompt tuning's virtual tokens) nor multiplying it (RoPE's)."""
+    ahead = walk(starts, lambda n: n.children if n.op in VIEWS or n.param else [])
+    met = [n for n in ahead if n.op not in VIEWS and n.param is None and n not in starts]
+    return bool(met) and all(n.op in ADDS for n in met)
+
+
 def _uses(flow: Flow) -> None:
     """Each parameter's first use (through views), and the tables looked up: with positions, with one id, or (a raw
     parameter indexed, P[ids] or P[:T], and no product's weight) with any ids."""
@@ -819,7 +824,7 @@ def _uses(flow: Flow) -> None:
         if table is not None:
             indexed |= {table} if node.op == "__getitem__" else set()
             offset = _position_offset(node.value)
-            if offset is not None:
+            if offset is not None and summed([node]):  # rows concatenated ahead of the tokens: no positions
                 flow.positions.setdefault(table, offset)
             elif np.all(node.value == node.value.flat[0]) and (
                 node.value.size > 1 or root(node.parents[0]).shape[0] < 2

@@ -823,6 +823,18 @@ def _feature_head(rec) -> tuple | None:
     return None
 
 
+def _prepended(rec) -> tuple | None:
+    """A table's rows, looked up with ids shared by every sequence (prompt tuning's virtual tokens, arange(P)), joined
+    with the token embeddings along the positions by a cat: positions ahead of (or among) the tokens, which no
+    reference level has; said where they are joined, naming the table."""
+    for node in (n for n in rec.nodes if n.op == "cat" and len(n.shape) == 3 and len(n.parents) > 1):
+        looked = [(r, DF.weight_of(r.parents[-1])) for r in map(DF.root, node.parents) if r.op == "embedding"]
+        shared = [w for r, w in looked if w and np.ndim(r.value) == 1]  # one row list for all sequences
+        if shared and any(np.ndim(r.value) == 2 for r, _ in looked):
+            return node.module, f"{shared[0].rpartition('.')[0]}'s rows put in the sequence beside the tokens' (cat)"
+    return None
+
+
 def _picked(rec) -> tuple | None:
     """The states (B, T, D) read at one position per sequence into (B, D) (a reward model's hidden[:, -1]) by the
     projection the module's output comes from (through element-wise ops and views), to a width other than D (not
@@ -979,5 +991,5 @@ FINDS = (
     _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row, _norm_after_rotary, _weightless_norm,
     _unit_length, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, clamped_scores,
     _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped, _rounded, _activation, _value_embedding,
-    _learned_scale, _pooled, _picked, _feature_head, _uncalled,
+    _learned_scale, _pooled, _picked, _feature_head, _uncalled, _prepended,
 )  # fmt: skip
