@@ -65,10 +65,6 @@ CORPORA += (fresh28, fresh29, fresh30, fresh31, fresh32, fresh33, fresh34, fresh
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh36: heads and wrappers of fine-tuning code
-    "prompt_tuned_llama": "could not judge: ids longer than max_len=4 (prompt_encoder read as a position table)",
-    "prefix_tuned_llama": "unexplained at base_model.model.layers.0.self_attn: no id, the prefix keys not named",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

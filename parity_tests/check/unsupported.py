@@ -824,15 +824,26 @@ def _feature_head(rec) -> tuple | None:
 
 
 def _prepended(rec) -> tuple | None:
-    """A table's rows, looked up with ids shared by every sequence (prompt tuning's virtual tokens, arange(P)), joined
-    with the token embeddings along the positions by a cat: positions ahead of (or among) the tokens, which no
-    reference level has; said where they are joined, naming the table."""
-    for node in (n for n in rec.nodes if n.op == "cat" and len(n.shape) == 3 and len(n.parents) > 1):
-        looked = [(r, DF.weight_of(r.parents[-1])) for r in map(DF.root, node.parents) if r.op == "embedding"]
+    """A table's rows, looked up with ids shared by every sequence (arange(P)), joined by a cat with what the inputs
+    make: prompt tuning's virtual tokens beside the token embeddings, prefix tuning's learned keys and values beside
+    an attention's own; positions no reference level has, said where they are joined, naming the table."""
+    for node in (n for n in rec.nodes if n.op == "cat" and len(n.shape) > 2 and len(n.parents) > 1):
+        looked = [(r, DF.weight_of(r.parents[-1]) if r.op == "embedding" else None) for r in map(DF.root, node.parents)]
         shared = [w for r, w in looked if w and np.ndim(r.value) == 1]  # one row list for all sequences
-        if shared and any(np.ndim(r.value) == 2 for r, _ in looked):
-            return node.module, f"{shared[0].rpartition('.')[0]}'s rows put in the sequence beside the tokens' (cat)"
+        if shared and any(not w or np.ndim(r.value) != 1 for r, w in looked):
+            return node.module, f"{shared[0].rpartition('.')[0]}'s rows put beside {_joined(node)} (a cat)"
     return None
+
+
+def _joined(node) -> str:
+    """What the cat `node` makes is read as: an attention's keys (its product reaches a softmax), its values (another
+    product of no weight), else the sequence of token states."""
+    ahead = list(DF.walk([node], lambda n: n.children if n.op in DF.VIEWS or n is node else []))
+    products = [n for n in ahead if n.op in DF.PRODUCTS and DF.projection(n) is None]
+    onward = DF.walk(products, lambda n: n.children if n.op in SCORES_PATH or n in products else [])
+    if not products:
+        return "the tokens' embeddings"
+    return "the keys" if any(n.op in DF.SOFTMAX for n in onward) else "the values"
 
 
 def _picked(rec) -> tuple | None:
