@@ -803,7 +803,7 @@ def _heads_merged(attentions: list) -> list:
 def summed(starts: list) -> bool:
     """Whether what `starts` make (seen through views) is first combined with sums only: a table added to the
     stream, not concatenated to it (prompt tuning's virtual tokens) nor multiplying it (RoPE's)."""
-    ahead = walk(starts, lambda n: n.children if n.op in VIEWS or n.param else [])
+    ahead = walk(starts, lambda n: n.children if n.op in VIEWS or n.param or n in starts else [])
     met = [n for n in ahead if n.op not in VIEWS and n.param is None and n not in starts]
     return bool(met) and all(n.op in ADDS for n in met)
 
