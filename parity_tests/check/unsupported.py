@@ -848,16 +848,24 @@ def _joined(node) -> str:
 
 def _picked(rec) -> tuple | None:
     """The states (B, T, D) read at one position per sequence into (B, D) (a reward model's hidden[:, -1]) by the
-    projection the module's output comes from (through element-wise ops and views), to a width other than D (not
-    BERT's pooler, D -> D): a head on one position, which no reference level has; said where the row is picked."""
+    projection the module's output comes from (through element-wise ops and views), to a width other than D, at
+    another row than the first (a class token's, which the towers read): a head on one position, which no reference
+    level has; said where the row is picked."""
     for node in DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in ELEMENTWISE | DF.VIEWS else []):
         x = node.parents[0] if DF.projection(node) is not None else None
         whole = x.parents[0] if x is not None and x.op in DF.VIEWS | {"index_select", "gather"} and x.parents else None
         if whole is not None and len(whole.shape) == 3 and tuple(x.shape) == (whole.shape[0], whole.shape[2]):
-            if node.shape[-1] != whole.shape[2]:
+            if node.shape[-1] != whole.shape[2] and not _first_row(rec, x, whole):
                 what = f"the state at one position per sequence, (B, T, D) -> (B, D), fed to {node.module or 'a head'}"
                 return x.module, f"{what}: a head of {whole.shape[2]} -> {node.shape[-1]} feature(s)"
     return None
+
+
+def _first_row(rec, x, whole) -> bool:
+    """Whether the picked states `x` are each sequence's first row of `whole` (a class token's: the towers' pool and
+    BERT's pooler read it, the reference's too)."""
+    picked, states = rec.values.get(x.index), rec.values.get(whole.index)
+    return picked is not None and states is not None and torch.equal(picked, states[:, 0])
 
 
 def _uncalled(flow) -> tuple | None:
