@@ -20,7 +20,8 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
   projection a topk reads (through a softmax or not), its experts the blocks run after it;
 - an attention's sliding window: the keys its probabilities (or SDPA's mask) let each query see; its RoPE: the cos
   and sin tables its queries are turned by; a sandwich: a norm between the attention's output and the stream;
-- order: each parameter's first use; positions: the tables looked up with c, c + 1, ..., c + T - 1 (c = 2: BART's);
+- order: each parameter's first use; positions: the tables looked up with c, c + 1, ..., c + T - 1 (c = 2: BART's),
+  their rows added (concatenated, prompt tuning's, they are none);
   a scale first read as 1 + weight (Gemma's norms). Registration order decides nothing; names only label.
 """
 

@@ -88,7 +88,7 @@ class Choice:
 def choose(check: Check) -> Choice:
     """The first Choice under which the user's float64 output matches the reference's; else the closest that runs, or
     where parts are hooked the one whose first divergence lies latest (divergence.latest_divergence)."""
-    errors, runnable, outs = [], [], {}  # outs: the reference's outputs, by (probe, config)
+    errors, runnable, outs = [], list[Any](), {}  # outs: the reference's outputs, by (probe, config)
     best: Choice | None = None  # the closest miss
     callers = own_kinds(check)
     for n, layout in enumerate(check.layouts):

@@ -829,8 +829,8 @@ def _prepended(rec) -> tuple | None:
     an attention's own; positions no reference level has, said where they are joined, naming the table."""
     for node in (n for n in rec.nodes if n.op == "cat" and len(n.shape) > 2 and len(n.parents) > 1):
         looked = [(r, DF.weight_of(r.parents[-1]) if r.op == "embedding" else None) for r in map(DF.root, node.parents)]
-        shared = [w for r, w in looked if w and np.ndim(r.value) == 1]  # one row list for all sequences
-        if shared and any(not w or np.ndim(r.value) != 1 for r, w in looked):
+        shared = [w for r, w in looked if w and getattr(r.value, "ndim", 0) == 1]  # one row list for all sequences
+        if shared and any(not w or getattr(r.value, "ndim", 0) != 1 for r, w in looked):
             return node.module, f"{shared[0].rpartition('.')[0]}'s rows put beside {_joined(node)} (a cat)"
     return None
 
@@ -853,9 +853,11 @@ def _picked(rec) -> tuple | None:
     level has; said where the row is picked."""
     for node in DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in ELEMENTWISE | DF.VIEWS else []):
         x = node.parents[0] if DF.projection(node) is not None else None
-        whole = x.parents[0] if x is not None and x.op in DF.VIEWS | {"index_select", "gather"} and x.parents else None
-        if whole is not None and len(whole.shape) == 3 and tuple(x.shape) == (whole.shape[0], whole.shape[2]):
-            if node.shape[-1] != whole.shape[2] and not _first_row(rec, x, whole):
+        if x is None or x.op not in DF.VIEWS | {"index_select", "gather"} or not x.parents:
+            continue
+        whole = x.parents[0]
+        if len(whole.shape) == 3 and tuple(x.shape) == (whole.shape[0], whole.shape[2]) != tuple(node.shape):
+            if not _first_row(rec, x, whole):
                 what = f"the state at one position per sequence, (B, T, D) -> (B, D), fed to {node.module or 'a head'}"
                 return x.module, f"{what}: a head of {whole.shape[2]} -> {node.shape[-1]} feature(s)"
     return None
