@@ -66,21 +66,6 @@ CORPORA += (fresh28, fresh29, fresh30, fresh31, fresh32, fresh33, fresh34, fresh
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh36: heads and wrappers of fine-tuning code
-    "seqcls_llama": "differs at score: a projection of every position's state (the head, not the row picked)",
-    "seqcls_llama.kv_heads_tiled_second_layer": "differs at score: a projection (the tiled heads before it unnamed)",
-    "seqcls_llama.layer": "could not judge: forward raised (its (B, S) attention_mask given another form)",
-    "seqcls_llama.layer.kv_heads_tiled": "could not judge: forward raised (its attention_mask given another form)",
-    "reward_llama": "could not judge: output has shape (6,), the reference's (3, 6, 26); pass call= or mapping=",
-    "mtp_deepseek": "could not judge: found 10 norms, the reference has 5 (the MTP module's counted)",
-    "mtp_deepseek.rope_on_values_second_layer": "could not judge: found 10 norms (the MTP module's counted)",
-    "early_exit_llama": "could not judge: found 7 norms (the layer not run in evaluation counted)",
-    "early_exit_llama.eps_outside_root_second_layer": "could not judge: found 7 norms (the layer not run counted)",
-    "skip_middle_llama": "could not judge: found 7 norms (the layer skipped in evaluation counted)",
-    "skip_middle_llama.kv_heads_tiled_last_layer": "could not judge: found 7 norms (the skipped layer counted)",
-    "prompt_tuned_llama": "could not judge: ids longer than max_len=4 (prompt_encoder read as a position table)",
-    "prefix_tuned_llama": "unexplained at base_model.model.layers.0.self_attn: no id, the prefix keys not named",
-}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

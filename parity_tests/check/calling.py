@@ -53,6 +53,7 @@ class Caller:
     positions: tuple = ()  # required arguments named for positions (position_ids): given 0 .. T - 1, (B, T)
     batch: bool = False  # the keyword arguments passed as one dict, forward(batch) reading batch["input_ids"]
     bmhk: bool = False  # heads split as (B, T, H, Dh), the sequence before the heads (xformers'), in and out
+    fallback: bool = False  # no mask passed to optional mask arguments: tried only where every call passing one raised
 
     def conventions(self) -> dict:
         out: dict = {"batch_first": self.batch_first}
@@ -295,7 +296,8 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
         kinds = HF_MASK_KINDS  # the library's documented polarity, not read from the outputs
     # a whole model whose masks are all optional (transformers' attention_mask=None) builds what it needs itself;
     # an attention or a layer given none would only look like one that ignores its mask
-    optional = detect and entry.builds_masks and all(p.default is not p.empty for p in params if p.name in assigned)
+    skippable = all(p.default is not p.empty for p in params if p.name in assigned)
+    optional = detect and entry.builds_masks and skippable
     # (B, H, T, Dh) has no sequence-first form
     layouts = [True] if not entry.sequence_first else [batch_first] if batch_first is not None else [True, False]
     options = [o for a in placings or [assigned] for o in _mask_options(a, kinds)]
@@ -310,6 +312,13 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
         options = _mask_options({mask_params[0]: "tgt"} if mask_params else {}, kinds)
         single = [order for order in orders if set(order) == {"query"}]
         found += [Caller(bf, o, m, True, causal=True) for bf in layouts for o in single for m in options]
+    # optional masks in another form than the level's (a layer's (B, S) padding mask): the simplest call, last
+    spare = detect and skippable and bool(assigned and kinds) and not entry.builds_masks
+    found += [
+        Caller(bf, o, {}, set(o) == {"query"}, positions=tuple(positions), fallback=True)
+        for bf in layouts * spare
+        for o in orders
+    ]
     positional = [p.name for p in params if p.kind != p.KEYWORD_ONLY]  # a batch dict's keys: by name
     for caller in found:  # forward(input_ids, attention_mask, decoder_input_ids, ...): the data by name
         n = len(caller.order)

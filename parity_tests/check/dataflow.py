@@ -20,7 +20,8 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
   projection a topk reads (through a softmax or not), its experts the blocks run after it;
 - an attention's sliding window: the keys its probabilities (or SDPA's mask) let each query see; its RoPE: the cos
   and sin tables its queries are turned by; a sandwich: a norm between the attention's output and the stream;
-- order: each parameter's first use; positions: the tables looked up with c, c + 1, ..., c + T - 1 (c = 2: BART's);
+- order: each parameter's first use; positions: the tables looked up with c, c + 1, ..., c + T - 1 (c = 2: BART's),
+  their rows added (concatenated, prompt tuning's, they are none);
   a scale first read as 1 + weight (Gemma's norms). Registration order decides nothing; names only label.
 """
 
@@ -245,7 +246,7 @@ def record(run, module: nn.Module) -> Flow:
             out = run()
     finally:
         given.remove()
-    beside = _reaching(rec.nodes, rec.of.get(id(out)) if isinstance(out, torch.Tensor) else None)
+    beside = _reaching(rec.nodes, rec.of.get(id(out)) if isinstance(out, torch.Tensor) else None, names.values())
     flow = read(rec.nodes, rec.values)
     flow.beside = beside
     flow.calls = rec.calls
@@ -253,12 +254,14 @@ def record(run, module: nn.Module) -> Flow:
     return flow
 
 
-def _reaching(nodes: list, out: Node | None) -> list:
-    """The parameters read where the judged output `out` is not computed (none where it is unrecorded), those nodes
-    left inert (no op, parents or parameter; the list keeps its indices): parts whose outputs never reach it (Medusa's
-    draft heads beside the logits, a loss) are not the reference's."""
+def _reaching(nodes: list, out: Node | None, held) -> list:
+    """The parameters (of `held`) read only where the judged output `out` is not computed, or not read at all (none
+    where `out` is unrecorded), the nodes off its path left inert (no op, parents or parameter; the list keeps its
+    indices): parts whose outputs never reach it (Medusa's draft heads beside the logits, a loss, a layer an early
+    exit skips in evaluation) are not the reference's."""
     kept = {id(n) for n in walk([out], lambda n: n.parents)} if out is not None else {id(n) for n in nodes}
-    beside = sorted({n.param for n in nodes if n.param} - {n.param for n in nodes if n.param and id(n) in kept})
+    read = {n.param for n in nodes if n.param and id(n) in kept}
+    beside = sorted(set(held if out is not None else (n.param for n in nodes if n.param)) - read)
     for n in nodes:
         n.children = [c for c in n.children if id(c) in kept]
         if id(n) not in kept:
@@ -722,10 +725,7 @@ class Flow:
     def added(self, param: str) -> bool:
         """Whether the forward first combines the kept table `param` (seen through views) with sums only: positions
         added to the stream, not RoPE's tables, which multiply q and k."""
-        reads = [n for n in self.nodes if n.param == param]
-        ahead = walk(reads, lambda n: n.children if n.op in VIEWS or n.param else [])
-        met = [n for n in ahead if n.op not in VIEWS and n.param is None]
-        return bool(met) and all(n.op in ADDS for n in met)
+        return summed([n for n in self.nodes if n.param == param])
 
     def computed_from_projections(self, param: str) -> bool:
         """Whether `param`'s first use reads what projections made (a final norm), not tables only (an embedding's)."""
@@ -801,6 +801,14 @@ def _heads_merged(attentions: list) -> list:
     return merged
 
 
+def summed(starts: list) -> bool:
+    """Whether what `starts` make (seen through views) is first combined with sums only: a table added to the
+    stream, not concatenated to it (prompt tuning's virtual tokens) nor multiplying it (RoPE's)."""
+    ahead = walk(starts, lambda n: n.children if n.op in VIEWS or n.param or n in starts else [])
+    met = [n for n in ahead if n.op not in VIEWS and n.param is None and n not in starts]
+    return bool(met) and all(n.op in ADDS for n in met)
+
+
 def _uses(flow: Flow) -> None:
     """Each parameter's first use (through views), and the tables looked up: with positions, with one id, or (a raw
     parameter indexed, P[ids] or P[:T], and no product's weight) with any ids."""
@@ -817,7 +825,7 @@ def _uses(flow: Flow) -> None:
         if table is not None:
             indexed |= {table} if node.op == "__getitem__" else set()
             offset = _position_offset(node.value)
-            if offset is not None:
+            if offset is not None and summed([node]):  # rows concatenated ahead of the tokens: no positions
                 flow.positions.setdefault(table, offset)
             elif np.all(node.value == node.value.flat[0]) and (
                 node.value.size > 1 or root(node.parents[0]).shape[0] < 2

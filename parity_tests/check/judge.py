@@ -88,11 +88,13 @@ class Choice:
 def choose(check: Check) -> Choice:
     """The first Choice under which the user's float64 output matches the reference's; else the closest that runs, or
     where parts are hooked the one whose first divergence lies latest (divergence.latest_divergence)."""
-    errors, runnable, outs = [], [], {}  # outs: the reference's outputs, by (probe, config)
+    errors, runnable, outs = [], list[Any](), {}  # outs: the reference's outputs, by (probe, config)
     best: Choice | None = None  # the closest miss
     callers = own_kinds(check)
     for n, layout in enumerate(check.layouts):
         for caller in callers:
+            if caller.fallback and runnable:  # a call passing no mask only where every call passing one raised
+                continue
             p = probe_of(check, caller)
             try:
                 out = run_user(check, layout, caller, np.float64, probe=p)[0].detach().cpu().numpy()
@@ -123,7 +125,7 @@ def own_kinds(check: Check) -> tuple:
     """The callers to try: where the module may be passed no mask (it builds its own, BERT's from ids != pad) and
     passed none computes on the padded probe what it computes passed masks of some kinds, only the callers passing
     those kinds (its default tells its argument's convention) and the one passing none; all where no kind does."""
-    unmasked = [c for c in check.callers if not c.masks and c.call is None and c.template is None]
+    unmasked = [c for c in check.callers if not c.masks and c.call is None and c.template is None and not c.fallback]
     if not unmasked or not check.is_module or all(not c.masks for c in check.callers):
         return check.callers
 
@@ -356,7 +358,10 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
         return result
     flow = flow or getattr(exc, "flow", None)  # a module read as lacking (mapping.structure), its forward recorded
     found = US.explain(flow) or (exc.answer if isinstance(exc, US.NoPair) and tower is None else None)
+    earlier = before_head(user_module, reference, flow, found) if flow and isinstance(found, str) else None
     explained(result, found)  # else what it met
+    if earlier is not None:
+        return earlier
     if result.diagnoses or result.unsupported:
         return result
     if tower is not None:  # an image or audio model towers.py could not read: said so
@@ -380,18 +385,50 @@ def shared_layer(user_module, reference: str, exc: BaseException) -> Result | No
     """A layer the model runs again with the same weights (ALBERT's: NoPair's `part`) judged on its own at the
     reference's layer level: the catalogued mistake named inside it, else (the sharing the answer) a note alone; None
     for any other stop."""
+    part = getattr(exc, "part", "")
+    found = _alone(user_module, reference, part) if part else None
+    if found is None:
+        return None
+    note = f"{part} runs again with the same weights (ALBERT's sharing), judged on its own as the reference's "
+    note += repr(found.reference)
+    note += ": it passes" if found.passed else ""
+    where = found.diagnoses[0].where if found.diagnoses else None
+    return Result(reference=reference, first_divergence=where, diagnoses=found.diagnoses, notes=[note])
+
+
+def _alone(user_module, reference: str, part: str) -> Result | None:
+    """The user's layer `part` judged on its own at the reference's layer level, its diagnoses placed in the whole
+    module; None where the reference has no such level or the module no such part."""
     layers = {"transformer_lm": "decoder_only_layer", "encoder_model": "encoder_layer"}  # each model's layer
-    level, part = layers.get(LV.standing_for(reference, user_module)), getattr(exc, "part", "")
-    layer = dict(user_module.named_modules()).get(part) if part else None  # the user's own (the copy read had it)
+    level = layers.get(LV.standing_for(reference, user_module))
+    layer = dict(user_module.named_modules()).get(part) if isinstance(user_module, nn.Module) else None
     if level is None or layer is None:
         return None
     found = module(layer, level)
     for d in found.diagnoses:
         d.where = f"{part}.{d.where}" if d.where and d.where != "(the module)" else part
-    note = f"{part} runs again with the same weights (ALBERT's sharing), judged on its own as the reference's {level!r}"
-    note += ": it passes" if found.passed else ""
-    where = found.diagnoses[0].where if found.diagnoses else None
-    return Result(reference=reference, first_divergence=where, diagnoses=found.diagnoses, notes=[note])
+    return found
+
+
+def before_head(user_module, reference: str, flow, answer: str) -> Result | None:
+    """Where the no-pair `answer` is said at a part that runs after the model's layers (a classifier's head), each
+    layer judged on its own at the reference's layer level in the order they ran: the first catalogued mistake
+    named there (the trunk diverges before the head); None where none is."""
+    where = answer.removeprefix("differs at ").partition(": ")[0]
+    at = US._ran(flow, "" if where == "(the module)" else where)
+    runs = (re.match(r"(.*?\.\d+)\.", a.module) for a in flow.attentions)  # the stack's layers: {stack}.N
+    layers = list(dict.fromkeys(m[1] for m in runs if m))
+    ends = [n.index for n in flow.nodes if layers and n.module.startswith(f"{layers[-1]}.")]
+    if not ends or at <= ends[-1]:
+        return None
+    for part in layers:
+        found = _alone(user_module, reference, part)
+        if found is not None and found.diagnoses:
+            note = f"{part} judged on its own as the reference's {found.reference!r}: it runs before {where}, "
+            note += "what the reference has no pair for"
+            where = found.diagnoses[0].where
+            return Result(reference=reference, first_divergence=where, diagnoses=found.diagnoses, notes=[note])
+    return None
 
 
 def beside(check: Check) -> list:

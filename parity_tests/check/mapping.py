@@ -134,6 +134,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     _scales_read(found, module, flow)
     _as_read(found, module, flow)
     _indexed(found, module, flow)
+    found.norms[:] = [n for n in found.norms if n.weight in flow.order]  # unread where the judged output is made
     last = len(flow.nodes)
     found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
     found.norms.sort(key=lambda n: flow.order.get(n.weight, last))

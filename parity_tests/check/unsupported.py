@@ -916,6 +916,53 @@ def _feature_head(rec) -> tuple | None:
     return None
 
 
+def _prepended(rec) -> tuple | None:
+    """A table's rows, looked up with ids shared by every sequence (arange(P)), joined by a cat with what the inputs
+    make: prompt tuning's virtual tokens beside the token embeddings, prefix tuning's learned keys and values beside
+    an attention's own; positions no reference level has, said where they are joined, naming the table."""
+    for node in (n for n in rec.nodes if n.op == "cat" and len(n.shape) > 2 and len(n.parents) > 1):
+        looked = [(r, DF.weight_of(r.parents[-1]) if r.op == "embedding" else None) for r in map(DF.root, node.parents)]
+        shared = [w for r, w in looked if w and getattr(r.value, "ndim", 0) == 1]  # one row list for all sequences
+        if shared and any(not w or getattr(r.value, "ndim", 0) != 1 for r, w in looked):
+            return node.module, f"{shared[0].rpartition('.')[0]}'s rows put beside {_joined(node)} (a cat)"
+    return None
+
+
+def _joined(node) -> str:
+    """What the cat `node` makes is read as: an attention's keys (its product reaches a softmax), its values (another
+    product of no weight), else the sequence of token states."""
+    ahead = list(DF.walk([node], lambda n: n.children if n.op in DF.VIEWS or n is node else []))
+    products = [n for n in ahead if n.op in DF.PRODUCTS and DF.projection(n) is None]
+    onward = DF.walk(products, lambda n: n.children if n.op in SCORES_PATH or n in products else [])
+    if not products:
+        return "the tokens' embeddings"
+    return "the keys" if any(n.op in DF.SOFTMAX for n in onward) else "the values"
+
+
+def _picked(rec) -> tuple | None:
+    """The states (B, T, D) read at one position per sequence into (B, D) (a reward model's hidden[:, -1]) by the
+    projection the module's output comes from (through element-wise ops and views), to a width other than D, at
+    another row than the first (a class token's, which the towers read): a head on one position, which no reference
+    level has; said where the row is picked."""
+    for node in DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in ELEMENTWISE | DF.VIEWS else []):
+        x = node.parents[0] if DF.projection(node) is not None else None
+        if x is None or x.op not in DF.VIEWS | {"index_select", "gather"} or not x.parents:
+            continue
+        whole = x.parents[0]
+        if len(whole.shape) == 3 and tuple(x.shape) == (whole.shape[0], whole.shape[2]) != tuple(node.shape):
+            if not _first_row(rec, x, whole):
+                what = f"the state at one position per sequence, (B, T, D) -> (B, D), fed to {node.module or 'a head'}"
+                return x.module, f"{what}: a head of {whole.shape[2]} -> {node.shape[-1]} feature(s)"
+    return None
+
+
+def _first_row(rec, x, whole) -> bool:
+    """Whether the picked states `x` are each sequence's first row of `whole` (a class token's: the towers' pool and
+    BERT's pooler read it, the reference's too)."""
+    picked, states = rec.values.get(x.index), rec.values.get(whole.index)
+    return picked is not None and states is not None and torch.equal(picked, states[:, 0])
+
+
 def _uncalled(flow) -> tuple | None:
     """The parts of a block, holding weights, that the block never calls where another block calls its own
     (blocks.1.ln_2 left out of blocks.1's forward, blocks.0.ln_2 not): said at the first such block; a part inside
@@ -1058,5 +1105,5 @@ FINDS = (
     _joined, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
-    _rounded, _activation, _value_embedding, _learned_scale, _pooled, _feature_head, _uncalled,
+    _rounded, _activation, _value_embedding, _learned_scale, _pooled, _picked, _feature_head, _uncalled, _prepended,
 )  # fmt: skip

@@ -72,6 +72,18 @@ evaluation and its inverted mask). Wrong:
   not expressible by the config and no catalogue variant reproduces it" (the place right; the prefix_encoder left
   out of the map, the keys and values concatenated from its rows not named; rotary assumed interleaved).
 
+Fixed since: the norms and parameters the judged output never reads (the MTP module's, the layer an early exit or a
+draft skips in evaluation) are left out of the count and named in a note; optional mask arguments in another form
+than the level's (a layer's (B, S) padding mask) are passed nothing, last, where every call passing one raises; a
+head on one position per sequence (the reward's ``hidden[:, -1]`` into ``v_head``) is said where the row is picked;
+where a head without a pair runs after the model's layers, each layer is first judged on its own at the reference's
+layer level, a catalogued mistake there named (the tiled heads); a table looked up with positions is a position
+table only where its rows are added, and a table's rows joined by a cat with the tokens or with an attention's keys
+and values (prompt and prefix tuning) are said at the cat, naming the table. The classifier's expectation was
+changed: its score head, a projection of every position's state to 3 features, runs before the pick of the last
+non-padding row and has no pair either (the reference's head is as wide as its vocabulary), so the honest answer
+names the first op without a pair in forward order, at ``score``.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
@@ -558,7 +570,7 @@ def _plain_attention_agrees() -> float:
 
 
 CASES = [
-    ("seqcls_llama", seqcls_llama, LM, {}, ("no pair", "", "position")),
+    ("seqcls_llama", seqcls_llama, LM, {}, ("no pair", "score", "every position")),
     (
         "seqcls_llama.kv_heads_tiled_second_layer",
         lambda: seqcls_llama_with({1: "kv_tiled"}),
