@@ -924,11 +924,11 @@ def _prepended(rec) -> tuple | None:
         looked = [(r, DF.weight_of(r.parents[-1]) if r.op == "embedding" else None) for r in map(DF.root, node.parents)]
         shared = [w for r, w in looked if w and getattr(r.value, "ndim", 0) == 1]  # one row list for all sequences
         if shared and any(not w or getattr(r.value, "ndim", 0) != 1 for r, w in looked):
-            return node.module, f"{shared[0].rpartition('.')[0]}'s rows put beside {_joined(node)} (a cat)"
+            return node.module, f"{shared[0].rpartition('.')[0]}'s rows put beside {_cat_made(node)} (a cat)"
     return None
 
 
-def _joined(node) -> str:
+def _cat_made(node) -> str:
     """What the cat `node` makes is read as: an attention's keys (its product reaches a softmax), its values (another
     product of no weight), else the sequence of token states."""
     ahead = list(DF.walk([node], lambda n: n.children if n.op in DF.VIEWS or n is node else []))
