@@ -496,7 +496,7 @@ def _measured(module: nn.Module, width: int) -> tuple | None:
             w = (module(torch.eye(width, dtype=torch.float64)[None]) - b)[0].mT
             y = module(x)
         b = b.reshape(-1)
-        gap = (y - x @ w.T - b).abs().max() if isinstance(y, torch.Tensor) else math.nan
+        gap = (y - x @ w.mT - b).abs().max() if isinstance(y, torch.Tensor) else math.nan
         if not gap <= 1e-9 * max(float(y.abs().max()), 1e-3) or not w.abs().max() > 0:
             return None  # not affine (or not finite: 0 / 0 of an input rounded at its own absmax), or constant
         held = [v for t in [*module.parameters(), *module.buffers()] if t.ndim == 2 for v in (t, t.T)]
