@@ -2,7 +2,8 @@
 
 Run after `bash docs/build`:  python -m pytest docs/test_site.py
 
-Every HTML page of docs/_build/html/ is served on 127.0.0.1 and loaded once; on each the checks are:
+Every HTML page of docs/_build/html/ is served on 127.0.0.1 and loaded once (again, up to LOADS times, when a busy
+machine spoiled the load: an error page, or math left untypeset); on each the checks are:
 - math rendered: MathJax loaded and finished typesetting (waited for: its deferred script may run after the page's
   load on a busy machine; a page whose MathJax never loads or never finishes within MATH_WAIT fails, saying which),
   without an error node, and no TeX is left as text outside math and source
@@ -92,7 +93,7 @@ SHOTS = {
     ),
     "reference": ("reference/api/numpy_transformer.loss.html", None),
 }
-LOADS = 3  # tries at loading a page before it counts as not served
+LOADS = 3  # tries at loading a page before it counts as not served, or its math as not typeset
 MATH_WAIT = 30.0  # seconds MathJax has to load and typeset a page (a few tenths on a quiet machine); then it fails
 SHOT_HEIGHT = 1800  # pixels of page below the section's top (the whole page, up to this, for a page's top)
 
@@ -111,7 +112,11 @@ const sleep = ms => new Promise(r => setTimeout(r, ms));
 // for MathJax.startup.promise to exist, then for it to resolve: typesetting chains onto it, so wait until it
 // stops changing.
 const mathjax = async () => {
-  if (window.MathJax === undefined && !document.querySelector('script[src*="mathjax" i]')) { return "none"; }
+  // A page holding Sphinx's math elements needs MathJax even when neither its config nor its script is in the
+  // document yet (seen on a busy machine): wait for it rather than read the page as one without math.
+  const math = 'script[src*="mathjax" i], span.math, div.math';
+  const wanted = window.MathJax !== undefined || document.querySelector(math);
+  if (!wanted) { return "none"; }
   const deadline = performance.now() + WAIT;
   const late = () => `MathJax did not finish within ${WAIT / 1000} s`;
   while (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) {
@@ -397,10 +402,10 @@ def visit(driver, url: str, shots: dict[str, str | None] | None = None, math_wai
     """Load one page at the first width, inspect it once MathJax has typeset it (within `math_wait` seconds), then
     measure its overflow at every width (and take the screenshots asked for: name -> section, at each width)."""
     set_width(driver, WIDTHS[0])
-    for _ in range(LOADS):  # a load the server dropped on a busy machine (Chromium's error page) is tried again
+    for _ in range(LOADS):  # a load a busy machine spoiled (Chromium's error page, math untypeset) is tried again
         driver.get(url)
         found = driver.execute_async_script(INSPECT, round(math_wait * 1000))
-        if found["url"] == url and found["article"]:
+        if found["url"] == url and found["article"] and not math_faults(found):
             break
     found["console"] = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     found["overflow"] = {}
