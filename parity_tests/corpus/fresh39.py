@@ -44,11 +44,14 @@ arange times a float truncated to 0 (every frequency 1; written here as `int(...
 kept).
 
 A GPT-1 block alone at "decoder_only_layer" (the causal buffer built in) is judged too, and with its tril of
-diagonal 1. And the blog GPT with Shaw et al.'s relative keys in both blocks (a learned vector per clipped distance
-j - i, its dot product with the query added to the scores) is math the reference lacks: a no pair at blocks.0.attn,
-expected to name the relative keys.
+diagonal 1. A BertLayer alone takes the extended mask and the 0/1 mask both (`forward(hidden_states,
+attention_mask, raw_mask)`): at "encoder_layer" without help the judge cannot call it, and the honest answer says
+so and names `call=`; given one real call (`example=`) it is a pass, and its flipped mask is named. And the blog
+GPT with Shaw et al.'s relative keys in both blocks (a learned vector per clipped distance j - i, its dot product
+with the query added to the scores) is math the reference lacks: a no pair at blocks.0.attn, expected to name the
+relative keys.
 
-First met: 11 of 17 right. Wrong:
+First met: 14 of 20 right. Wrong:
 
 - openai_gpt1.causal_shows_next_second_block, openai_gpt1.heads_merged_without_permute_second_block and
   openai_gpt1.eps_outside_sqrt_second_block: each "differs at h.0.attn: the scores are multiplied by a learned
@@ -428,6 +431,13 @@ def bert(second_attention=BertSelfAttention, second_norm=BertLayerNorm, pooled=F
     return _jitter(BertModel(second_attention, second_norm, pooled))
 
 
+def _layer_call():
+    """One real call of a BertLayer: states, the extended mask (-10000 on the padding) and the 0/1 mask."""
+    raw = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    x = torch.randn(2, 5, D, generator=torch.Generator().manual_seed(1))
+    return (x, (1.0 - raw[:, None, None, :].float()) * -10000.0, raw), {}
+
+
 # -- the nn.Transformer tutorial, attention by hand: (T, B, C), a 0 / -inf float mask added, log_softmax out --------
 
 
@@ -741,6 +751,21 @@ CASES = [
         "encoder_model",
         {},
         ("mistake", "attention.wrong_scale", "layer.1.attention.self"),
+    ),
+    (
+        "pretrained_bert.layer",
+        lambda: bert().layer[1],
+        "encoder_layer",
+        {},
+        ("could not judge", None, "pass call="),
+    ),
+    ("pretrained_bert.layer.example", lambda: bert().layer[1], "encoder_layer", {"example": _layer_call()}, "pass"),
+    (
+        "pretrained_bert.layer.example.mask_flipped",
+        lambda: bert(FlippedMaskSelfAttention).layer[1],
+        "encoder_layer",
+        {"example": _layer_call()},
+        ("mistake", "attention.mask_inverted", "attention.self"),
     ),
     (
         "pretrained_bert.pooled",
