@@ -56,6 +56,7 @@ from parity_tests.corpus import (
     fresh36,
     fresh37,
     fresh38,
+    fresh39,
     frontier,
     lacking,
     unseen,
@@ -104,6 +105,16 @@ TODAY |= {  # fresh38: hybrid models (SSM or recurrence beside attention), first
     "zamba_hand": "no pair at shared_transformer.mixer (shared weights), the cumsum scan before it unsaid",
     "griffin_hand": "no pair at the rg_lru, its sqrt(1 - a^2) read as an RMS norm without weight",
 }  # fmt: skip
+CORPORA += (fresh39,)
+
+TODAY |= {  # fresh39: GPT-1's mask written as a product (w * b + -1e9 * (1 - b)) read as a learned temperature
+    "openai_gpt1.causal_shows_next_second_block": "no pair at h.0.attn: a learned factor of h.0.attn.b",
+    "openai_gpt1.heads_merged_without_permute_second_block": "no pair at h.0.attn: a learned factor of h.0.attn.b",
+    "openai_gpt1.eps_outside_sqrt_second_block": "no pair at h.0.attn: a learned factor of h.0.attn.b",
+    "openai_gpt1.block.causal_shows_next": "no pair at attn: a learned factor of attn.b (a temperature)",
+    "pretrained_bert.pooled": "unexplained at (the module): the pooler's tanh not said",
+    "blog_gpt.shaw_relative": "no pair at blocks.0.attn, said as q_linear.weight times the states",
+}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -276,6 +287,10 @@ SLOW |= {c[0] for c in fresh38.CASES} - {  # fresh38: a case of each class, by d
     "griffin_hand.local_attention",
     "zamba_hand.shared_block.rope_on_values",
     "delta_hybrid",
+SLOW |= {c[0] for c in fresh39.CASES} - {  # fresh39: a case of each class by default
+    "blog_gpt",
+    "blog_gpt.uint8_mask_flipped_second_block",
+    "pretrained_bert.pooled",
 }
 
 
