@@ -572,9 +572,9 @@ CASES = [
         "fn_llama.rms_eps_outside_sqrt_second_layer", lambda: fn_llama(input_layernorm="eps_outside"),
         "transformer_lm", {}, ("mistake", "rms_norm.eps_outside_sqrt", "layers.1.input_layernorm"),
     ),
-    ("checkpointed_gpt", checkpointed_gpt, "transformer_lm", {}, "pass"),
+    ("fn_checkpointed_gpt", checkpointed_gpt, "transformer_lm", {}, "pass"),
     (
-        "checkpointed_gpt.ln_missing_mean_term_second_block", lambda: checkpointed_gpt(ln_2="no_mean"),
+        "fn_checkpointed_gpt.ln_missing_mean_term_second_block", lambda: checkpointed_gpt(ln_2="no_mean"),
         "transformer_lm", {}, ("mistake", "layer_norm.missing_mean_term", H1 + "block.ln_2"),
     ),
     ("custom_op_gpt", custom_op_gpt, "transformer_lm", {}, "pass"),
