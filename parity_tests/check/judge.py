@@ -433,13 +433,16 @@ def before_head(user_module, reference: str, flow, answer: str) -> Result | None
 
 def beside(check: Check) -> list:
     """A note naming the parameters the forward reads where the judged output is not computed (Medusa's draft
-    heads beside its logits: dataflow._reaching), which are not the reference's; [] where there are none. A module's
+    heads beside its logits: dataflow._reaching), or never reads, which are not the reference's: a module where all
+    of those it holds are, else the parameter (a layer's unused mixing weight); [] where there are none. A module's
     own tensors a weight it computes is made from (running.computed_weights: log_w of exp(log_w)) are read there."""
     held = dict(check.user.named_parameters()) if check.is_module and check.flow is not None else {}
     owner = check.user.get_submodule if held else None
     held = {n: p for n, p in held.items() if owner and not getattr(owner(n.rpartition(".")[0]), "computed_names", 0)}
-    said = ", ".join(dict.fromkeys(p.rpartition(".")[0] or p for p in (check.flow.beside if held else ()) if p in held))
-    return [f"not judged: {said}, whose outputs do not reach the judged output (not the reference's)"] if said else []
+    unread = [p for p in (check.flow.beside if held else ()) if p in held]
+    whole = lambda m: m and all(q in unread for q in held if q.startswith(f"{m}."))  # noqa: E731
+    said = ", ".join(dict.fromkeys(m if whole(m := p.rpartition(".")[0]) else p for p in unread))
+    return [f"not judged: {said}, which the judged output is not computed from (not the reference's)"] if said else []
 
 
 def explained(result: Result, found) -> None:

@@ -131,6 +131,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     q/k norms set apart; no flow: `found` with what its last try raised (`unrecorded`)."""
     if flow is None:
         return replace(found, unrecorded=unrecorded)
+    found.norms[:] = [n for n in found.norms if _normalises(flow, n.weight)]  # a name said norm, its math did not
     _scales_read(found, module, flow)
     _as_read(found, module, flow)
     _indexed(found, module, flow)
@@ -158,21 +159,35 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
 
 def _scales_read(found: Structure, module: nn.Module, flow) -> None:
     """1-D parameters that no name placed, read as norm scales (RMSNorm's) where the forward multiplies them by a
-    normalised x: among the factors of their product (or the argument of F.rms_norm) a root, a variance or a norm."""
+    normalised x (_scales_normed)."""
     placed = {n for x in found.norms + found.pieces for n in (x.weight, x.bias)} | set(found.orphans)
     unplaced = {n: p for n, p in module.named_parameters() if p.ndim == 1 and n not in placed}
-    factors = DF.MULS | DF.DIVS | DF.VIEWS | {"rms_norm"}
+    for node in flow.nodes:
+        names = [r.param for r in map(DF.root, node.parents) if r.param in unplaced]
+        if names and _scales_normed(node):
+            path, size = names[0].rpartition(".")[0], len(unplaced.pop(names[0]))
+            found.norms.append(Norm(names[0], None, size, _eps(module.get_submodule(path)), path, "rms"))
 
-    def normed(n: DF.Node) -> bool:  # a root, variance or norm, seen through views and a constant added (+ eps)
+
+def _scales_normed(node: DF.Node) -> bool:
+    """Whether `node` is a factor of a product (or F.rms_norm, F.layer_norm) among whose factors is a root, a
+    variance or a norm, seen through views and a number added (+ eps): it scales a normalised x."""
+    factors = DF.MULS | DF.DIVS | DF.VIEWS | {"rms_norm", "layer_norm"}
+
+    def normed(n: DF.Node) -> bool:
         seen = DF.walk([n], lambda m: m.parents if m.op in DF.VIEWS or m.op in DF.ADDS and m.value is not None else [])
         return any(m.op in NORMING for m in seen)
 
-    for node in flow.nodes:
-        names = [r.param for r in map(DF.root, node.parents) if r.param in unplaced]
-        product = DF.walk([node], lambda m: [c for c in m.children + m.parents if c.op in factors])
-        if names and node.op in factors and any(normed(p) for m in product for p in m.parents + [m]):
-            path, size = names[0].rpartition(".")[0], len(unplaced.pop(names[0]))
-            found.norms.append(Norm(names[0], None, size, _eps(module.get_submodule(path)), path, "rms"))
+    product = DF.walk([node], lambda m: [c for c in m.children + m.parents if c.op in factors])
+    return node.op in factors and any(normed(p) for m in product for p in m.parents + [m])
+
+
+def _normalises(flow, weight: str) -> bool:
+    """Whether the forward reads the 1-D `weight` as a norm's scale: a factor of a normalised x (_scales_normed),
+    directly or as 1 + weight (Gemma's); a weighted sum of whole states (DenseFormer's depth weights) is none."""
+    uses = [n for n in flow.nodes if weight in {DF.root(p).param for p in n.parents}]
+    uses += [c for n in uses if n.op in DF.ADDS and n.value is not None for c in n.children]
+    return not uses or any(map(_scales_normed, uses))
 
 
 def _eps_added(flow, weight: str) -> float | None:

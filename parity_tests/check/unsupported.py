@@ -583,6 +583,25 @@ def _value_embedding(rec) -> tuple | None:
     return None
 
 
+def _value_residual(rec) -> tuple | None:
+    """An attention's values computed from its own projection and an earlier attention's value projection (ResFormer's
+    v = l1 v + l2 v_1, the first layer's values handed on to every later one): said where they are mixed, with the
+    learned weights the other layer's values are multiplied by on the way."""
+    for i, a in enumerate(rec.attentions):
+        others = [(b, w) for b in rec.attentions[:i] for w in b.v if w in a.v]
+        own = [w for w in a.v if all(w != o for _, o in others)]
+        if not others or not own:
+            continue
+        b, w = others[0]
+        made = [n for n in rec.nodes if DF.projection(n) == w]
+        mixed = DF.walk(made, lambda n, made=made: n.children if n.op in ELEMENTWISE | DF.VIEWS or n in made else [])
+        learned = [DF.root(p).param for n in mixed if n.op in DF.MULS and n.module == a.module for p in n.parents]
+        by = ", ".join(dict.fromkeys(p for p in learned if p))
+        what = f"the values mix {own[0]} x with {b.module}'s values ({w} x){f' by the learned {by}' * bool(by)}"
+        return a.module, f"{what} (a value residual: a layer's value mixed with another layer's value)"
+    return None
+
+
 AS = {"view_as", "reshape_as", "expand_as"}  # views shaped as another tensor
 
 
@@ -1105,5 +1124,6 @@ FINDS = (
     _joined, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
-    _rounded, _activation, _value_embedding, _learned_scale, _pooled, _picked, _feature_head, _uncalled, _prepended,
+    _rounded, _activation, _value_embedding, _value_residual, _learned_scale, _pooled, _picked, _feature_head,
+    _uncalled, _prepended,
 )  # fmt: skip
