@@ -554,8 +554,9 @@ def _unit_length(rec) -> tuple | None:
 
 
 def _per_feature(node) -> bool:
-    """More than one number (a scale per feature, not one learned number)."""
-    return math.prod(node.shape) > 1
+    """More than one number along the last axis (a scale per feature, not one learned number, nor a weight per
+    stream of hyper-connections' (N, 1))."""
+    return bool(node.shape) and node.shape[-1] > 1
 
 
 def _gain(rec) -> tuple | None:
@@ -595,11 +596,108 @@ def _value_residual(rec) -> tuple | None:
         b, w = others[0]
         made = [n for n in rec.nodes if DF.projection(n) == w]
         mixed = DF.walk(made, lambda n, made=made: n.children if n.op in ELEMENTWISE | DF.VIEWS or n in made else [])
-        learned = [DF.root(p).param for n in mixed if n.op in DF.MULS and n.module == a.module for p in n.parents]
+        learned = [DF.root(p).param or "" for n in mixed if n.op in DF.MULS and n.module == a.module for p in n.parents]
         by = ", ".join(dict.fromkeys(p for p in learned if p))
         what = f"the values mix {own[0]} x with {b.module}'s values ({w} x){f' by the learned {by}' * bool(by)}"
         return a.module, f"{what} (a value residual: a layer's value mixed with another layer's value)"
     return None
+
+
+def _depth_weights(rec) -> tuple | None:
+    """A sum of whole states (B, T, D) each multiplied by one number of the same learned vector (DenseFormer's
+    depth-weighted average of the embeddings and every block's output so far): said where they are summed."""
+    for node in (n for n in rec.nodes if n.op in DF.ADDS and len(n.parents) == 2):
+        terms = DF.walk(node.parents, lambda n: n.parents if n.op in DF.ADDS else [])
+        weighed = [(w, x) for n in terms if n.op in DF.MULS for w, x in _by_number(n)]
+        vectors = {w for w, _ in weighed}
+        if len(weighed) > 1 and len(vectors) == 1:
+            states = ", ".join(_made_by(rec, x) for _, x in sorted(weighed, key=lambda t: t[1].index))
+            what = f"a weighted sum of {len(weighed)} states ({states}), each times one number of {vectors.pop()}"
+            return node.module, f"{what} (a learned weight per state, not per feature: a depth-weighted average)"
+    return None
+
+
+def _by_number(node) -> list:
+    """[(vector, state)] of a product of a computed state of 3 or more axes and one number of a learned vector."""
+    if len(node.parents) != 2:
+        return []
+    number, x = sorted(node.parents, key=lambda p: len(p.shape))
+    w = DF.root(number)
+    one = not number.shape and w.param and len(w.shape) == 1 and w.shape[0] > 1
+    return [(w.param, x)] if one and DF.root(x).param is None and len(x.shape) >= 3 else []
+
+
+def _made_by(rec, node) -> str:
+    """The outermost submodule whose output `node` is ("blocks.0's output"), else the op that made it."""
+    paths = [k.path for k in rec.calls if k.output is not None and DF.root(k.output) is DF.root(node) and k.path]
+    return f"{min(paths, key=len)}'s output" if paths else f"the {DF.root(node).op} in {node.module or 'the module'}"
+
+
+def _streams(rec) -> tuple | None:
+    """Learned weights along an axis of the states other than the features (hyper-connections: N copies of the
+    residual stream (B, T, N, D), each sublayer reading their weighted sum, the streams mixed by an N x N matrix, the
+    sublayer's output weighed into each): said where the first weighs them, with what each weight does there."""
+    found = [(n, w) for n in rec.nodes for w in [_across(rec, n)] if w]
+    if not found:
+        return None
+    (n, _), where = found[0][1], found[0][0].module
+    said = "; ".join(what for node, (_, what) in found if node.module == where)
+    return where, f"the states are held as {n} streams, weighed by learned weights (a weight per stream): {said}"
+
+
+def _across(rec, node) -> tuple | None:
+    """(streams, what) a product of a learned tensor and a state does along a stream axis (not the last, the
+    features): sums the streams into one, mixes them, or weighs a tensor into each; None where it does none."""
+    if len(node.parents) != 2 or node.op not in DF.MULS | {"einsum"}:
+        return None
+    w, x = node.parents
+    w, x = (x, w) if DF.root(w).param is None else (w, x)
+    param = DF.root(w).param
+    if param is None or DF.root(x).param is not None or len(x.shape) < 3:
+        return None
+    match = re.fullmatch(DF.EQUATION, node.extra) if node.op == "einsum" else None
+    if match is not None:
+        mine, theirs, out = match.groups() if node.parents[0] is w else (match[2], match[1], match[3])
+        axis = next((theirs.index(c) for c in mine if c in theirs), None)
+        if axis is None or theirs[-1] in mine or len(mine) > 2:
+            return None
+        n = x.shape[axis]
+        if len(mine) == 1:
+            return (n, f"{param} sums them into one") if mine not in out else None
+        return n, f"{param} ({' x '.join(map(str, DF.root(w).shape))}) mixes them"
+    if node.op in DF.MULS and len(w.shape) > 1 and w.shape[-1] == 1 and math.prod(w.shape) > 1 and x.shape[-2] == 1:
+        return math.prod(w.shape), f"{param} weighs {_made_by(rec, x)} into each"
+    return None
+
+
+def _token_choice(rec) -> tuple | None:
+    """A top-k over the positions of the scores a projection computes (mixture of depths: Linear(D, 1) scores each
+    token, the top k of the T run through a block, the others skip it), where a router's picks experts (its top-k
+    over the projection's output features): said at the scoring projection's module, with the part the picked
+    tokens run through."""
+    for node in (n for n in rec.nodes if n.op == "topk" and n.parents):
+        scores = DF.walk([node], lambda n: [] if DF.projection(n) else DF._behind(n, True))
+        product = next((n for n in scores if DF.projection(n)), None)
+        weight = DF.projection(product) if product is not None else None
+        x = next((p for p in product.parents if DF.weight_of(p) is None), None) if product is not None else None
+        axes = [i for i, (a, b) in enumerate(zip(node.parents[0].shape, node.shape, strict=False)) if a != b]
+        if product is None or weight is None or x is None or len(x.shape) < 3 or len(axes) != 1:
+            continue
+        n, E, T = node.parents[0].shape[axes[0]], product.shape[-1], x.shape[-2]
+        if E == 1 or n != E and n == T:
+            through = _picked_run(rec, node)
+            what = f"topk picks the {node.shape[axes[0]]} of the {T} positions whose score ({weight} x) is highest"
+            return weight.rpartition(".")[0], f"{what}{through} (a mixture of depths: tokens routed past a block)"
+    return None
+
+
+def _picked_run(rec, topk) -> str:
+    """ ", and only those run through <part>, ...": the outermost part inside the top-k's module called on what the
+    top-k's module makes from its choice (the tokens gathered); "" where none is."""
+    own = {id(m) for m in DF.walk(topk.children, lambda m: m.children if m.module == topk.module else [])}
+    inside = [k for k in rec.calls if k.path.startswith(f"{topk.module}.") or not topk.module]
+    runs = [k.path for k in inside if any(i is not None and id(i) in own for i in k.inputs)]
+    return f", and only those run through {min(runs, key=len)}, the others skipping it" if runs else ""
 
 
 AS = {"view_as", "reshape_as", "expand_as"}  # views shaped as another tensor
@@ -1124,6 +1222,7 @@ FINDS = (
     _joined, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
-    _rounded, _activation, _value_embedding, _value_residual, _learned_scale, _pooled, _picked, _feature_head,
+    _rounded, _activation, _value_embedding, _value_residual, _depth_weights,
+    _streams, _token_choice, _learned_scale, _pooled, _picked, _feature_head,
     _uncalled, _prepended,
 )  # fmt: skip
