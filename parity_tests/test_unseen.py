@@ -119,14 +119,6 @@ TODAY |= {  # fresh39: GPT-1's mask written as a product (w * b + -1e9 * (1 - b)
 TODAY |= {  # fresh40: research LMs that change the residual stream, the depth or the objective, as first met
     "looped_lm": "a block run twice said as ALBERT's sharing, no pair (a stack of tied layers is the reference's)",
     "looped_lm.step_embedding": "check.module raises IndexError (unsupported._read_ids on the 0-d step index)",
-    "resformer": "unexplained at layers, no op named (the value mixing with layers.0.attn's values not said)",
-    "resformer.activation_on_up_second_layer": "unexplained at layers, no op named (the value mixing not said)",
-    "denseformer": "could not judge: 7 norms found, 5 in the reference (the DWA weights counted as norms)",
-    "denseformer.wrong_scale_first_block": "could not judge: 7 norms (the DWA modules), blocks.0.attn not named",
-    "hyper_llama": "no pair at layers.0.hc_attn, said as a gain per feature (beta weighs 2 streams)",
-    "mod_llama": "unexplained: a gradient of layers.1.block.mlp.w1 diverges; neither router nor skip named",
-    "llada": "could not judge: output (3, 6, 26) for the reference's (3, 6, 32); pass call= or mapping=",
-    "llada.activation_on_up_second_layer": "could not judge on the output's shape; layers.1.mlp's mistake not named",
     "canon_llama": "unexplained at layers.0, no op named (the canon layer's depthwise convolution not said)",
 }
 

@@ -110,8 +110,7 @@ def choose(check: Check) -> Choice:
                     return choice
                 best = choice if best is None or error < best.error else best
     if best is None and outs:  # it ran, but its output holds none of the reference's positions
-        theirs = " or ".join(sorted({str(o.shape) for o in outs.values()}))
-        raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {theirs}")
+        raise unheld(check, out, outs)
     if best is None:
         raise ValueError(
             f"the module could not be called as the reference {check.level!r} is; tried {len(errors)} "
@@ -119,6 +118,15 @@ def choose(check: Check) -> Choice:
         )
     best = dataclasses.replace(best, runnable=tuple(runnable))  # nothing matches: the closest, to diagnose from
     return DV.latest_divergence(check, best) if check.entry.hooked and check.is_module else best
+
+
+def unheld(check: Check, out: np.ndarray, outs: dict) -> ValueError:
+    """What stops the judge where the module's output holds none of the reference's outputs `outs`: a head past
+    the reference's output (unsupported.past_output: the layers before it are judged alone, before_head), else
+    the shapes."""
+    head = US.past_output(check.flow, check.level, {o.shape[-1] for o in outs.values()})
+    theirs = " or ".join(sorted({str(o.shape) for o in outs.values()}))
+    return head or ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {theirs}")
 
 
 def own_kinds(check: Check) -> tuple:

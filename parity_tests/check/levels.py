@@ -118,7 +118,9 @@ LEVELS = {
             "embedding", "component", ("ids",), P.vocabulary, unit="embedding",
             shown=("d_model", "src_vocab_size", "scale_embeddings"),
         ),
-        Level("encoder_layer", "layer", ("x",), P.padded_features, shown=LAYER_SHOWN, masks=("src",), **LAYER),
+        Level(  # a BERT or bidirectional Llama block (rotary where its tables say)
+            "encoder_layer", "layer", ("x",), P.padded_features, shown=LAYER_SHOWN, masks=("src",), rope=True, **LAYER
+        ),
         Level(
             "decoder_layer", "layer", ("x", "memory"), P.features_and_memory, shown=LAYER_SHOWN, masks=("tgt", "src"),
             cross=True, causal=True, padded_source=True, **LAYER,

@@ -158,13 +158,14 @@ UNIT_RUNS = {  # a component's runner, by its unit
 
 
 def run_layer(params: dict, p: Probe, cfg, dtype, causal: bool):
-    """One layer on x: an encoder layer (the keys' padding masked), a decoder-only one (causal; rotary where cfg
-    says), or, given a memory (B, T_k, D), a decoder layer cross-attending to it (its padding masked)."""
+    """One layer on x: an encoder layer (the keys' padding masked), a decoder-only one (causal), or, given a memory
+    (B, T_k, D), a decoder layer cross-attending to it (its padding masked); the self-attention rotary where cfg
+    says."""
     x, memory = p.floats["x"], p.floats.get("memory")
-    if not causal:
-        out, cache = M.encoder_layer_forward(params, x, cfg, mask=keep_mask(p, "src"))
-        return out, _named(M.encoder_layer_backward, cache, ("x",))
     rope = M.rope_for(cfg, x.shape[1], dtype) if memory is None else None  # rotary (cos, sin), or None
+    if not causal:
+        out, cache = M.encoder_layer_forward(params, x, cfg, mask=keep_mask(p, "src"), rope=rope)
+        return out, _named(M.encoder_layer_backward, cache, ("x",))
     out, cache = M.decoder_layer_forward(params, x, memory, cfg, memory_mask=keep_mask(p, "cross"), rope=rope)
     return out, _named(M.decoder_layer_backward, cache, ("x", None if memory is None else "memory"))
 

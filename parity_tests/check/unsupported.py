@@ -1056,6 +1056,20 @@ def _cat_made(node) -> str:
     return "the keys" if any(n.op in DF.SOFTMAX for n in onward) else "the values"
 
 
+def past_output(flow, level: str, widths: set) -> NoPair | None:
+    """Where the module's output has none of the reference's shapes: a projection of every position's state
+    (B, T, D) to other features than the reference's output of D `widths` (an encoder's states), through
+    element-wise ops and views, is a head the level lacks (LLaDA's vocabulary head on a bidirectional trunk): said
+    where it projects; None where the output is no such projection."""
+    last = [n for n in (flow.nodes if flow else []) if n.op != "unreached"][-1:]
+    for node in DF.walk(last, lambda n: n.parents if n.op in ELEMENTWISE | DF.VIEWS else []):
+        x = next((p for p in node.parents if DF.weight_of(p) is None), None) if DF.projection(node) else None
+        if x is not None and len(x.shape) == 3 and x.shape[-1] in widths and node.shape[-1] not in widths:
+            what = f"a projection of every position's state ({x.shape[-1]} -> {node.shape[-1]} features) makes the "
+            return NoPair(node.module, f"{what}module's output, where the reference's output is the states", level)
+    return None
+
+
 def _picked(rec) -> tuple | None:
     """The states (B, T, D) read at one position per sequence into (B, D) (a reward model's hidden[:, -1]) by the
     projection the module's output comes from (through element-wise ops and views), to a width other than D, at
