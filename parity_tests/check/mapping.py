@@ -171,11 +171,13 @@ def _scales_read(found: Structure, module: nn.Module, flow) -> None:
 
 def _scales_normed(node: DF.Node) -> bool:
     """Whether `node` is a factor of a product (or F.rms_norm, F.layer_norm) among whose factors is a root, a
-    variance or a norm, seen through views and a number added (+ eps): it scales a normalised x."""
+    variance or a norm, seen through views, a number added (+ eps) and a reciprocal (1 / (sqrt(m) + eps)): it scales
+    a normalised x."""
     factors = DF.MULS | DF.DIVS | DF.VIEWS | {"rms_norm", "layer_norm"}
+    through = DF.VIEWS | {"__rtruediv__", "__rdiv__", "reciprocal"}
 
     def normed(n: DF.Node) -> bool:
-        seen = DF.walk([n], lambda m: m.parents if m.op in DF.VIEWS or m.op in DF.ADDS and m.value is not None else [])
+        seen = DF.walk([n], lambda m: m.parents if m.op in through or m.op in DF.ADDS and m.value is not None else [])
         return any(m.op in NORMING for m in seen)
 
     product = DF.walk([node], lambda m: [c for c in m.children + m.parents if c.op in factors])

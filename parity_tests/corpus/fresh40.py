@@ -75,6 +75,17 @@ its mistake). Wrong:
 - canon_llama: "unexplained: layers.0 (reference decoder.layers.0) diverges ...; not expressible by the config
   and no catalogue variant reproduces it" (the layer right, the canon layer and its convolution not named).
 
+Fixed since: ResFormer's values, read from its own projection and the first layer's, are said at layers.1.attn as
+a value residual (the mixing weights named; the second layer's later mistake stays behind it, the first layer's is
+named before it), and a parameter no forward reads (layers.0.attn.lambdas) is noted alone, not its module; a 1-D
+parameter is a norm's scale only where the forward multiplies a normalised x by it, so DenseFormer's weights are no
+norms: its first block's wrong scale is named, and the weighted sum of whole states is said at dwa.0; weights along
+an axis of streams are no gain per feature: the hyper-connections' weights per stream (summed, mixed, weighed into
+each) are said at layers.0.hc_attn; a top-k over the positions of a projection's scores is said at layers.1.router
+with the block the picked tokens run through; an output projected from the states to other features than the
+reference's is said at that projection (LLaDA's head), the layers before it judged alone first, the encoder layer
+now read with its rotary positions (the second layer's silu on the up half named).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
