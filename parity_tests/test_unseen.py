@@ -99,12 +99,7 @@ TODAY |= {  # fresh37: a hand-written backward is never named inside a module; a
 }
 
 TODAY |= {  # fresh38: hybrid models (SSM or recurrence beside attention), first met
-    "jamba_hand": "no pair at mixer.x_proj, a macaron feed-forward (the Conv1d before it unsaid)",
-    "jamba_hand.wrong_scale_middle_attention": "no pair at mixer.x_proj, a macaron feed-forward",
-    "jamba_hand.attention_only": "unexplained at model.layers.0.mixer: no positions judged under RoPE",
-    "jamba_hand.attention_only.not_causal_second_layer": "unexplained at layers.0: no positions judged under RoPE",
     "zamba_hand": "no pair at shared_transformer.mixer (shared weights), the cumsum scan before it unsaid",
-    "griffin_hand": "no pair at the rg_lru, its sqrt(1 - a^2) read as an RMS norm without weight",
 }  # fmt: skip
 
 TODAY |= {  # fresh39: GPT-1's mask written as a product (w * b + -1e9 * (1 - b)) read as a learned temperature
@@ -127,7 +122,6 @@ TODAY |= {  # fresh40: research LMs that change the residual stream, the depth o
     "mod_llama": "unexplained: a gradient of layers.1.block.mlp.w1 diverges; neither router nor skip named",
     "llada": "could not judge: output (3, 6, 26) for the reference's (3, 6, 32); pass call= or mapping=",
     "llada.activation_on_up_second_layer": "could not judge on the output's shape; layers.1.mlp's mistake not named",
-    "canon_llama": "unexplained at layers.0, no op named (the canon layer's depthwise convolution not said)",
 }
 
 

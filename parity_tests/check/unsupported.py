@@ -28,13 +28,13 @@ def differs(where: str, what: str) -> str:
 
 class NoPair(ValueError):
     """Raised where reading the module meets math the reference does not have: `where` (the user's submodule) and
-    `what` it computes; check.module answers it (`answer`) as Result.unsupported, unless a mistake is named in `part`
-    (a layer run again with the same weights) judged on its own (judge.shared_layer)."""
+    `what` it computes (`place`); check.module answers it (`answer`) as Result.unsupported, unless a mistake is named
+    in `part` (a layer run again with the same weights) judged on its own (judge.shared_layer)."""
 
     def __init__(self, where: str, what: str, level: str = "", part: str = ""):
         said = f"the reference {level!r}" if level else "the reference"
         super().__init__(f"{where} computes {what}: {said} has none, so this is math it does not have")
-        self.answer, self.part = differs(where, what), part
+        self.answer, self.part, self.place = differs(where, what), part, (where, what)
         self.flow: DF.Flow | None = None  # the recorded forward, where it was read before this was raised
 
 
@@ -58,11 +58,12 @@ ACTIVATIONS = (
 )
 
 
-def explain(flow, since: str | None = None) -> str | Diagnosis | None:
+def explain(flow, since: str | None = None, met: tuple | None = None) -> str | Diagnosis | None:
     """The finders' answer on `flow` at the submodule that runs first (of a tie, FINDS' order): the no-pair text, or
     the Diagnosis of QuickGELU's constant mistyped; None where it computes nothing this module names (or was not
     recorded). `since`: the submodule the outputs first diverge at; those that ran before it agreed with the
-    reference, so what they compute is no cause: a finder that answers there reads again from `since`'s first op."""
+    reference, so what they compute is no cause: a finder that answers there reads again from `since`'s first op.
+    `met`: the (where, what) of a NoPair reading the module raised, said where it runs before every finder's."""
     if not flow:
         return None
     start = _ran(flow, since) if since and since != "(the module)" else 0
@@ -74,8 +75,16 @@ def explain(flow, since: str | None = None) -> str | Diagnosis | None:
         return f is not None and (_ran(flow, where) >= start or inside)
 
     found = [f if kept(f := find(flow)) or f is None else find(after) for find in FINDS]
-    first = min((f for f in found if kept(f)), key=lambda f: _ran(flow, _where(f)), default=None)
-    return first if first is None or isinstance(first, Diagnosis) else differs(*first)
+    first = min((f for f in found if kept(f)), key=lambda f: _rank(flow, f), default=None)
+    if met is not None and (first is None or _ran(flow, met[0]) < _rank(flow, first)):
+        return differs(*met)
+    return first if first is None or isinstance(first, Diagnosis) else differs(*first[:2])
+
+
+def _rank(flow, found) -> int:
+    """Where a finding runs in data flow: the op it names where it gives one (a third item), else the first op of
+    its submodule."""
+    return found[2] if isinstance(found, tuple) and len(found) > 2 else _ran(flow, _where(found))
 
 
 def _where(found) -> str:
@@ -680,13 +689,64 @@ def _windows(rec) -> tuple | None:
     return None
 
 
+def _shifted_copies(rec) -> tuple | None:
+    """A tensor padded along its positions (F.pad) and read as 2 or more windows of its own length, each multiplied
+    by a learned tensor, the products summed: a convolution over neighbouring positions written out (a canon layer's,
+    a short convolution's); causal where the zeros go before the first position; said where it is weighted."""
+    for pad in (n for n in rec.nodes if n.op in ("pad", "constant_pad_nd") and n.parents and len(n.shape) >= 2):
+        x, padded = pad.parents[0], rec.values.get(pad.index)
+        grown = [i for i, (a, b) in enumerate(zip(x.shape, pad.shape, strict=False)) if a != b]
+        if len(x.shape) != len(pad.shape) or grown != [len(x.shape) - 2]:  # longer along the positions only
+            continue
+        windows = [c for c in pad.children if c.op == "__getitem__" and tuple(c.shape) == tuple(x.shape)]
+        weights = [p for w in windows for m in w.children if m.op in DF.MULS for p in m.parents if p is not w]
+        if len(windows) < 2 or len(weights) < 2 or not all(map(_learned, weights)) or padded is None:
+            continue
+        K = pad.shape[-2] - x.shape[-2] + 1
+        unpadded = rec.values.get(x.index)
+        causal = "causal " * (unpadded is not None and torch.equal(padded[..., K - 1 :, :], unpadded))
+        depthwise = ", one weight per feature (depthwise)" * all(w.shape[-1:] == x.shape[-1:] for w in weights)
+        what = f"a {causal}convolution over neighbouring positions of width {K}, written out: {len(windows)} shifted"
+        return weights[0].module, f"{what} copies of x each times a learned weight{depthwise}, summed", pad.index
+    return None
+
+
+def _recurrence(rec) -> tuple | None:
+    """States joined over the positions (stack or cat of 3 or more) where the third is computed from the second, by
+    ops of its own that read no weight (a loop over the positions: Griffin's RG-LRU, a selective scan, a delta rule
+    written out): said where they are joined, the gated linear form h_t = a_t * h_(t-1) + b_t where the states are
+    it, with the functions its gates and inputs are made by; ranked at the first state, not at its submodule."""
+    for node in (n for n in rec.nodes if n.op in ("stack", "cat") and len(n.parents) > 2):
+        s, last = node.parents, node.parents[1].index
+        if any(a.index >= b.index for a, b in zip(s, s[1:], strict=False)):
+            continue
+        own = list(DF.walk([s[2]], lambda n, last=last: n.parents if n.index > last else []))
+        if any(DF.projection(n) for n in own) or not any(s[0].index < n.index <= s[1].index for n in own):
+            continue
+        made = DF.walk(s[:1], lambda n: [] if DF.projection(n) else n.parents)
+        funcs = sorted({n.op: n.index for n in made if n.op in DF.ACTIVATIONS | {"exp"}}.items(), key=lambda f: f[1])
+        linear = s[2].op in DF.ADDS and any(p.op in DF.MULS and s[1] in p.parents for p in s[2].parents)
+        form = "a gated linear recurrence h_t = a_t * h_(t-1) + b_t" if linear else "a recurrence, each state"
+        what = f"{form} over the positions, {len(s)} states each computed from the one before (a loop)"
+        made_by = f", its gates and inputs made by {', '.join(op for op, _ in funcs)}" * bool(funcs)
+        return node.module, f"{what}{made_by}: an RNN's or a state-space scan's", s[0].index
+    return None
+
+
 def _glu(rec) -> tuple | None:
     node = next((n for n in rec.nodes if n.op == "glu"), None)  # F.glu, nn.GLU: one op, no activation of the reference
     return None if node is None else (node.module, "glu(x) computes a * sigmoid(b) of x's two halves (a sigmoid GLU)")
 
 
+MOMENTS = {"mean", "sum", "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm"}  # a norm's root reads
+
+
 def _normalised(root_op):
-    """The product or quotient a root taken by hand normalises x with (x * rsqrt(...), x / (sqrt(...) + eps))."""
+    """The product or quotient a root taken by hand normalises x with (x * rsqrt(...), x / (sqrt(...) + eps)), where
+    the root reads a mean or sum (through sums, products and views): not a root of a gate (Griffin's sqrt(1 - a^2))."""
+    arithmetic = DF.ADDS | DF.SUBS | DF.MULS | DF.DIVS | DF.VIEWS
+    if not any(n.op in MOMENTS for n in DF.walk(root_op.parents, lambda n: n.parents if n.op in arithmetic else [])):
+        return None
     ahead = DF.walk(root_op.children, lambda n: n.children if n.op in DF.ADDS else [])
     return next((n for n in ahead if n.op in DF.MULS | DF.DIVS), None)
 
@@ -1106,4 +1166,5 @@ FINDS = (
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
     _rounded, _activation, _value_embedding, _learned_scale, _pooled, _picked, _feature_head, _uncalled, _prepended,
+    _shifted_copies, _recurrence,
 )  # fmt: skip
