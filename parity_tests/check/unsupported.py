@@ -102,15 +102,16 @@ def _to_scores(node, depth: int = 12) -> bool:
 
 def _terms(rec):
     """(node, term, value) for each term joining an attention's scores before the softmax (torch's, or exp(s - max s)
-    written out; SDPA's float attn_mask) that is not the scores: multiplied (value None); added or subtracted, or the
-    tensor baddbmm adds (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its float64 as added
-    (_read). A row constant (the max a softmax by hand subtracts, any (..., 1) term) is none: the normalisation along
-    the keys cancels it; nor is the scores' own logsumexp subtracted (_normaliser: a softmax, over its axis)."""
+    written out; SDPA's float attn_mask) that is not the scores: multiplied, added or subtracted (a second product:
+    value None), or the tensor baddbmm adds (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its
+    float64 as added (_read). A row constant (the max a softmax by hand subtracts, any (..., 1) term) is none: the
+    normalisation along the keys cancels it; nor is the scores' own logsumexp subtracted (_normaliser: a softmax,
+    over its axis)."""
     for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
         seen = rec.keys_seen(s)
         for node in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []):
             if node.op in DF.MULS and _to_scores(node):
-                yield from ((node, p, None) for p in node.parents if not _to_scores(p))
+                yield from ((node, p, _read(rec, p, 1.0, seen)) for p in node.parents if not _to_scores(p))
             elif node.op in DF.ADDS | DF.SUBS and _to_scores(node):
                 products = [p for p in node.parents if p.op in DF.PRODUCTS and _to_scores(p)]
                 yield from ((node, p, None) for p in products[1:])  # a second product: Transformer-XL's position
@@ -152,14 +153,15 @@ def reference_alibi(rec) -> bool:
 
 def score_terms(rec) -> tuple | None:
     """A term added to an attention's scores before the softmax that is no mask (_bias: ALiBi's, T5's, another), or
-    a factor multiplying them computed from a parameter (a learned temperature); T5's bias read as the reference's
-    (_t5) is none, unless each layer reads a table of its own (the reference: one a stack)."""
+    a factor multiplying them computed from a parameter (a learned temperature) that is not 1 at every key read
+    (_keeps: a mask's keep side); T5's bias read as the reference's (_t5) is none, unless each layer reads a table
+    of its own (the reference: one a stack)."""
     terms = list(_terms(rec))
-    causal, reads = _causal([v for _, _, v in terms]), t5_relative(rec, whole=False)
+    causal, reads = _causal([v for n, _, v in terms if n.op not in DF.MULS]), t5_relative(rec, whole=False)
     for node, term, value in terms:
         if node.op in DF.MULS:
             learned = [n.param for n in DF.walk([term], lambda n: n.parents) if n.param is not None]
-            if learned:
+            if learned and not _keeps(value):
                 return node.module, f"the scores are multiplied by a learned factor of {learned[0]} (a temperature)"
             continue
         if term.op in DF.PRODUCTS:
@@ -425,6 +427,13 @@ def _alibi(b, causal: bool = False) -> str | None:
             return "reference"
         return f"(a per-head slope, {float(slopes[0]):.4g} for the first head, times {form if both else 'key - query'})"
     return None
+
+
+def _keeps(factor) -> bool:
+    """Whether a factor multiplying the scores is 1 at every (query, key) read (NaN where not read): a mask's
+    keep side (GPT-1's w * b + -1e9 * (1 - b), b a 0/1 buffer; the keys it zeroes are hidden by the term added), no
+    temperature."""
+    return factor is not None and factor.ndim >= 2 and bool(((factor == 1) | factor.isnan()).all())
 
 
 def _mask(b) -> bool:
