@@ -227,11 +227,24 @@ def _product(node) -> str:
     def operand(n) -> str:
         weights, _, learned = DF.back(n)
         fixed = not any(m.op in ("input", "embedding") for m in DF.walk([n], lambda m: m.parents))  # ids' too
-        said = " and ".join(dict.fromkeys(weights)) or "the states"
+        said = " and ".join(dict.fromkeys(weights)) or _rows(n) or "the states"
         said += f" (with {', '.join(learned)} added)" if learned else ""
         return said + " of a table the forward computes (not the input: a positional term)" * fixed
 
     return " times ".join(operand(p) for p in node.parents[:2])
+
+
+def _rows(node) -> str:
+    """The rows of a table `node` is (through views and element-wise ops, no product), in the user's terms: the
+    table's name and what picks them (key - query where the ids are a function of it alone: relative positions);
+    "" where it is no lookup."""
+    met = DF.walk([node], lambda n: [] if n.op in DF.PRODUCTS or isinstance(n.value, np.ndarray) else n.parents)
+    for n in (n for n in met if isinstance(n.value, np.ndarray) and n.op in ("embedding", "__getitem__")):
+        table, ids = DF.weight_of(n.parents[-(n.op == "embedding")]), n.value
+        square = ids.ndim >= 2 and ids.shape[-1] == ids.shape[-2] > 1 and ids.min() < ids.max()
+        by = "key - query (relative positions)" if square and (ids[..., 1:, 1:] == ids[..., :-1, :-1]).all() else "ids"
+        return f"the rows of {table} picked by {by}" if table else ""
+    return ""
 
 
 def _macaron(flow) -> tuple | None:
@@ -950,18 +963,22 @@ def _cat_made(node) -> str:
 
 def _picked(rec) -> tuple | None:
     """The states (B, T, D) read at one position per sequence into (B, D) (a reward model's hidden[:, -1]) by the
-    projection the module's output comes from (through element-wise ops and views), to a width other than D, at
-    another row than the first (a class token's, which the towers read): a head on one position, which no reference
-    level has; said where the row is picked."""
-    for node in DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in ELEMENTWISE | DF.VIEWS else []):
+    projection the module's output comes from (through element-wise ops and views): a head on one position, which no
+    reference level has, where an activation follows its projection (BERT's pooler, tanh(dense(h[:, 0]))) or its
+    width is not D at another row than the first (the towers read a class token's into a plain projection); said
+    where the row is picked."""
+    walked = list(DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in ELEMENTWISE | DF.VIEWS else []))
+    for node in walked:
         x = node.parents[0] if DF.projection(node) is not None else None
         if x is None or x.op not in DF.VIEWS | {"index_select", "gather"} or not x.parents:
             continue
-        whole = x.parents[0]
-        if len(whole.shape) == 3 and tuple(x.shape) == (whole.shape[0], whole.shape[2]) != tuple(node.shape):
-            if not _first_row(rec, x, whole):
-                what = f"the state at one position per sequence, (B, T, D) -> (B, D), fed to {node.module or 'a head'}"
-                return x.module, f"{what}: a head of {whole.shape[2]} -> {node.shape[-1]} feature(s)"
+        whole, after = x.parents[0], [n.op for n in walked if n.op in DF.ACTIVATIONS and n.index > node.index]
+        if len(whole.shape) != 3 or tuple(x.shape) != (whole.shape[0], whole.shape[2]):
+            continue
+        if after or node.shape[-1] != whole.shape[2] and not _first_row(rec, x, whole):
+            what = f"the state at one position per sequence, (B, T, D) -> (B, D), fed to {node.module or 'a head'}"
+            then = f", then {' and '.join(dict.fromkeys(after))}" if after else ""
+            return x.module, f"{what}: a head of {whole.shape[2]} -> {node.shape[-1]} feature(s){then}"
     return None
 
 
