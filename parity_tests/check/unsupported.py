@@ -240,7 +240,7 @@ def _rows(node) -> str:
     "" where it is no lookup."""
     met = DF.walk([node], lambda n: [] if n.op in DF.PRODUCTS or isinstance(n.value, np.ndarray) else n.parents)
     for n in (n for n in met if isinstance(n.value, np.ndarray) and n.op in ("embedding", "__getitem__")):
-        table, ids = DF.weight_of(n.parents[-(n.op == "embedding")]), n.value
+        table, ids = DF.weight_of(n.parents[-(n.op == "embedding")]), np.asarray(n.value)
         square = ids.ndim >= 2 and ids.shape[-1] == ids.shape[-2] > 1 and ids.min() < ids.max()
         by = "key - query (relative positions)" if square and (ids[..., 1:, 1:] == ids[..., :-1, :-1]).all() else "ids"
         return f"the rows of {table} picked by {by}" if table else ""
