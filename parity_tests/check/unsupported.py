@@ -111,15 +111,16 @@ def _to_scores(node, depth: int = 12) -> bool:
 
 def _terms(rec):
     """(node, term, value) for each term joining an attention's scores before the softmax (torch's, or exp(s - max s)
-    written out; SDPA's float attn_mask) that is not the scores: multiplied (value None); added or subtracted, or the
-    tensor baddbmm adds (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its float64 as added
-    (_read). A row constant (the max a softmax by hand subtracts, any (..., 1) term) is none: the normalisation along
-    the keys cancels it; nor is the scores' own logsumexp subtracted (_normaliser: a softmax, over its axis)."""
+    written out; SDPA's float attn_mask) that is not the scores: multiplied, added or subtracted (a second product:
+    value None), or the tensor baddbmm adds (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its
+    float64 as added (_read). A row constant (the max a softmax by hand subtracts, any (..., 1) term) is none: the
+    normalisation along the keys cancels it; nor is the scores' own logsumexp subtracted (_normaliser: a softmax,
+    over its axis)."""
     for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
         seen = rec.keys_seen(s)
         for node in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []):
             if node.op in DF.MULS and _to_scores(node):
-                yield from ((node, p, None) for p in node.parents if not _to_scores(p))
+                yield from ((node, p, _read(rec, p, 1.0, seen)) for p in node.parents if not _to_scores(p))
             elif node.op in DF.ADDS | DF.SUBS and _to_scores(node):
                 products = [p for p in node.parents if p.op in DF.PRODUCTS and _to_scores(p)]
                 yield from ((node, p, None) for p in products[1:])  # a second product: Transformer-XL's position
@@ -161,14 +162,15 @@ def reference_alibi(rec) -> bool:
 
 def score_terms(rec) -> tuple | None:
     """A term added to an attention's scores before the softmax that is no mask (_bias: ALiBi's, T5's, another), or
-    a factor multiplying them computed from a parameter (a learned temperature); T5's bias read as the reference's
-    (_t5) is none, unless each layer reads a table of its own (the reference: one a stack)."""
+    a factor multiplying them computed from a parameter (a learned temperature) that is not 1 at every key read
+    (_keeps: a mask's keep side); T5's bias read as the reference's (_t5) is none, unless each layer reads a table
+    of its own (the reference: one a stack)."""
     terms = list(_terms(rec))
-    causal, reads = _causal([v for _, _, v in terms]), t5_relative(rec, whole=False)
+    causal, reads = _causal([v for n, _, v in terms if n.op not in DF.MULS]), t5_relative(rec, whole=False)
     for node, term, value in terms:
         if node.op in DF.MULS:
             learned = [n.param for n in DF.walk([term], lambda n: n.parents) if n.param is not None]
-            if learned:
+            if learned and not _keeps(value):
                 return node.module, f"the scores are multiplied by a learned factor of {learned[0]} (a temperature)"
             continue
         if term.op in DF.PRODUCTS:
@@ -234,11 +236,24 @@ def _product(node) -> str:
     def operand(n) -> str:
         weights, _, learned = DF.back(n)
         fixed = not any(m.op in ("input", "embedding") for m in DF.walk([n], lambda m: m.parents))  # ids' too
-        said = " and ".join(dict.fromkeys(weights)) or "the states"
+        said = " and ".join(dict.fromkeys(weights)) or _rows(n) or "the states"
         said += f" (with {', '.join(learned)} added)" if learned else ""
         return said + " of a table the forward computes (not the input: a positional term)" * fixed
 
     return " times ".join(operand(p) for p in node.parents[:2])
+
+
+def _rows(node) -> str:
+    """The rows of a table `node` is (through views and element-wise ops, no product), in the user's terms: the
+    table's name and what picks them (key - query where the ids are a function of it alone: relative positions);
+    "" where it is no lookup."""
+    met = DF.walk([node], lambda n: [] if n.op in DF.PRODUCTS or isinstance(n.value, np.ndarray) else n.parents)
+    for n in (n for n in met if isinstance(n.value, np.ndarray) and n.op in ("embedding", "__getitem__")):
+        table, ids = DF.weight_of(n.parents[-(n.op == "embedding")]), np.asarray(n.value)
+        square = ids.ndim >= 2 and ids.shape[-1] == ids.shape[-2] > 1 and ids.min() < ids.max()
+        by = "key - query (relative positions)" if square and (ids[..., 1:, 1:] == ids[..., :-1, :-1]).all() else "ids"
+        return f"the rows of {table} picked by {by}" if table else ""
+    return ""
 
 
 def _macaron(flow) -> tuple | None:
@@ -434,6 +449,13 @@ def _alibi(b, causal: bool = False) -> str | None:
             return "reference"
         return f"(a per-head slope, {float(slopes[0]):.4g} for the first head, times {form if both else 'key - query'})"
     return None
+
+
+def _keeps(factor) -> bool:
+    """Whether a factor multiplying the scores is 1 at every (query, key) read (NaN where not read): a mask's
+    keep side (GPT-1's w * b + -1e9 * (1 - b), b a 0/1 buffer; the keys it zeroes are hidden by the term added), no
+    temperature."""
+    return factor is not None and factor.ndim >= 2 and bool(((factor == 1) | factor.isnan()).all())
 
 
 def _mask(b) -> bool:
@@ -1001,18 +1023,22 @@ def _cat_made(node) -> str:
 
 def _picked(rec) -> tuple | None:
     """The states (B, T, D) read at one position per sequence into (B, D) (a reward model's hidden[:, -1]) by the
-    projection the module's output comes from (through element-wise ops and views), to a width other than D, at
-    another row than the first (a class token's, which the towers read): a head on one position, which no reference
-    level has; said where the row is picked."""
-    for node in DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in ELEMENTWISE | DF.VIEWS else []):
+    projection the module's output comes from (through element-wise ops and views): a head on one position, which no
+    reference level has, where an activation follows its projection (BERT's pooler, tanh(dense(h[:, 0]))) or its
+    width is not D at another row than the first (the towers read a class token's into a plain projection); said
+    where the row is picked."""
+    walked = list(DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in ELEMENTWISE | DF.VIEWS else []))
+    for node in walked:
         x = node.parents[0] if DF.projection(node) is not None else None
         if x is None or x.op not in DF.VIEWS | {"index_select", "gather"} or not x.parents:
             continue
-        whole = x.parents[0]
-        if len(whole.shape) == 3 and tuple(x.shape) == (whole.shape[0], whole.shape[2]) != tuple(node.shape):
-            if not _first_row(rec, x, whole):
-                what = f"the state at one position per sequence, (B, T, D) -> (B, D), fed to {node.module or 'a head'}"
-                return x.module, f"{what}: a head of {whole.shape[2]} -> {node.shape[-1]} feature(s)"
+        whole, after = x.parents[0], [n.op for n in walked if n.op in DF.ACTIVATIONS and n.index > node.index]
+        if len(whole.shape) != 3 or tuple(x.shape) != (whole.shape[0], whole.shape[2]):
+            continue
+        if after or node.shape[-1] != whole.shape[2] and not _first_row(rec, x, whole):
+            what = f"the state at one position per sequence, (B, T, D) -> (B, D), fed to {node.module or 'a head'}"
+            then = f", then {' and '.join(dict.fromkeys(after))}" if after else ""
+            return x.module, f"{what}: a head of {whole.shape[2]} -> {node.shape[-1]} feature(s){then}"
     return None
 
 
