@@ -99,27 +99,12 @@ TODAY |= {  # fresh37: a hand-written backward is never named inside a module; a
 }
 
 TODAY |= {  # fresh38: hybrid models (SSM or recurrence beside attention), first met
-    "jamba_hand": "no pair at mixer.x_proj, a macaron feed-forward (the Conv1d before it unsaid)",
-    "jamba_hand.wrong_scale_middle_attention": "no pair at mixer.x_proj, a macaron feed-forward",
-    "jamba_hand.attention_only": "unexplained at model.layers.0.mixer: no positions judged under RoPE",
-    "jamba_hand.attention_only.not_causal_second_layer": "unexplained at layers.0: no positions judged under RoPE",
     "zamba_hand": "no pair at shared_transformer.mixer (shared weights), the cumsum scan before it unsaid",
-    "griffin_hand": "no pair at the rg_lru, its sqrt(1 - a^2) read as an RMS norm without weight",
-}  # fmt: skip
-
-TODAY |= {  # fresh39: GPT-1's mask written as a product (w * b + -1e9 * (1 - b)) read as a learned temperature
-    "openai_gpt1.causal_shows_next_second_block": "no pair at h.0.attn: a learned factor of h.0.attn.b",
-    "openai_gpt1.heads_merged_without_permute_second_block": "no pair at h.0.attn: a learned factor of h.0.attn.b",
-    "openai_gpt1.eps_outside_sqrt_second_block": "no pair at h.0.attn: a learned factor of h.0.attn.b",
-    "openai_gpt1.block.causal_shows_next": "no pair at attn: a learned factor of attn.b (a temperature)",
-    "pretrained_bert.pooled": "unexplained at (the module): the pooler's tanh not said",
-    "blog_gpt.shaw_relative": "no pair at blocks.0.attn, said as q_linear.weight times the states",
 }  # fmt: skip
 
 TODAY |= {  # fresh40: research LMs that change the residual stream, the depth or the objective, as first met
     "looped_lm": "a block run twice said as ALBERT's sharing, no pair (a stack of tied layers is the reference's)",
     "looped_lm.step_embedding": "check.module raises IndexError (unsupported._read_ids on the 0-d step index)",
-    "canon_llama": "unexplained at layers.0, no op named (the canon layer's depthwise convolution not said)",
 }
 
 

@@ -365,7 +365,8 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
     if result.diagnoses:
         return result
     flow = flow or getattr(exc, "flow", None)  # a module read as lacking (mapping.structure), its forward recorded
-    found = US.explain(flow) or (exc.answer if isinstance(exc, US.NoPair) and tower is None else None)
+    met = exc.place if isinstance(exc, US.NoPair) and tower is None else None
+    found = US.explain(flow, met=met) or (met and US.differs(*met))  # the first in data flow
     earlier = before_head(user_module, reference, flow, found) if flow and isinstance(found, str) else None
     explained(result, found)  # else what it met
     if earlier is not None:

@@ -155,7 +155,7 @@ def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: in
             probes[key + ("unpadded",)] = dataclasses.replace(
                 p, src_keep=None, valid=None if p.valid is p.src_keep else p.valid
             )
-    rope = rope_options(entry, model, stated(given))
+    rope = rope_options(entry, model, stated(given), found.flow)
     head = output_head(user, model.links) if is_module and entry.group == "model" else None
     return Check(
         user, level, entry, is_module, given, conventions["mask"], seed, model, found.flow, shapes, params, probes,
@@ -202,9 +202,10 @@ def config_candidates(entry, model: Model, flow, rope: list, given: dict) -> lis
     return [dataclasses.replace(base, **o) for o in options]
 
 
-def rope_options(entry, model: Model, given: dict) -> list:
+def rope_options(entry, model: Model, given: dict, flow=None) -> list:
     """Rotary positions at each base the module states, where nothing else gives positions; tried first when the
-    module keeps RoPE tables or several bases."""
+    module keeps RoPE tables or several bases; tried last, rotary positions on no layer (SmolLM3's NoPE layers
+    everywhere: no positions at all) where the forward turns no attention's queries and computes no table."""
     own_table = entry.group == "model" and (model.cfg.positional in ("learned", "relative") or model.overwrite)
     if not model.thetas or not entry.rope or own_table or given.get("positional") not in (None, "rope"):
         return []
@@ -212,6 +213,10 @@ def rope_options(entry, model: Model, given: dict) -> list:
     rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
     if given.get("positional") == "rope":
         return rope
+    layers = model.cfg.n_decoder_layers or model.cfg.n_encoder_layers
+    unturned = flow is not None and 0 < len(flow.attentions) == layers and not model.rope_overwrite
+    if unturned and not any(a.turned for a in flow.attentions) and not any(n.op in DF.TURNS for n in flow.nodes):
+        rope.append(rope[0] | {"rope_layers": (False,) * len(flow.attentions)})
     return rope + [{}] if model.rope_overwrite or len(model.thetas) > 1 else [{}] + rope
 
 
