@@ -185,11 +185,13 @@ def _scales_normed(node: DF.Node) -> bool:
 
 
 def _normalises(flow, weight: str) -> bool:
-    """Whether the forward reads the 1-D `weight` as a norm's scale: a factor of a normalised x (_scales_normed),
-    directly or as 1 + weight (Gemma's); a weighted sum of whole states (DenseFormer's depth weights) is none."""
+    """Whether the forward reads the 1-D `weight` as a norm's scale: the weight torch's norm op takes, or a factor
+    of a normalised x (_scales_normed), directly or as 1 + weight (Gemma's); a weighted sum of whole states
+    (DenseFormer's depth weights) is none."""
     uses = [n for n in flow.nodes if weight in {DF.root(p).param for p in n.parents}]
     uses += [c for n in uses if n.op in DF.ADDS and n.value is not None for c in n.children]
-    return not uses or any(map(_scales_normed, uses))
+    torch_own = {"layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm"}
+    return not uses or any(n.op in torch_own or _scales_normed(n) for n in uses)
 
 
 def _eps_added(flow, weight: str) -> float | None:
