@@ -630,10 +630,8 @@ def said_why(check: Check, choice: Choice, result: Result) -> None:
     failed = not all(r.ok for r in result.rows) or result.first_divergence is not None
     if not failed or result.diagnoses:
         return
-    if all(r.ok for r in result.rows if r.name.startswith("output")):  # a gradient alone: a wrong backward?
-        explained(result, wrong_backward(check, choice))
-    if not (result.unsupported or result.diagnoses):
-        explained(result, US.explain(check.flow, result.first_divergence))
+    output = all(r.ok for r in result.rows if r.name.startswith("output"))  # a gradient alone: a wrong backward?
+    explained(result, output and wrong_backward(check, choice) or US.explain(check.flow, result.first_divergence))
     if not (result.unsupported or result.unexplained or result.diagnoses):
         worst = max((r for r in result.rows if not r.ok), key=lambda r: r.error, default=None)
         said = f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype})" if worst else "it diverges"
