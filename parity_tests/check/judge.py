@@ -3,8 +3,9 @@
 One pass over frozen stages (session.recording, session.prepare: a Check); `choose` runs the candidate callers,
 weight maps and configs until the user's float64 output reproduces the reference's (a Choice); `verdict` compares
 the output and every parameter and input gradient under it (one random upstream gradient, zero at padded target
-positions) in float64 and float32, and names what fails (divergence.diagnose). Copies of the user's module hold the
-reference's random weights; the module itself is never touched.
+positions) in float64 and float32, and names what fails (divergence.diagnose; a gradient wrong under a matching
+output: the hand-written backward, an autograd.Function or custom op, that is not its own forward's derivative,
+wrong_backward). Copies of the user's module hold the reference's random weights; the module itself is never touched.
 """
 
 from __future__ import annotations
