@@ -322,13 +322,21 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
             alone = read_flow(user, level, lambda caller: one, 16, **called)[0]
             flow = alone if alone is not None and len(alone.attentions) < len(flow.attentions) else flow
     recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
-    if flow is None and recorded:
-        sized = U.sized_config(level, found, given)
+    widths: list[dict] = [{}] + [{"d_model": w} for w in dict.fromkeys(p.out_features for p in found.pieces)]
+    seen: set = set()  # the widths tried: the parameters' own first (bare (out, in) weights are read (in, out))
+    for width in widths if flow is None and recorded else []:  # the width the forward runs at: the input's last axis
+        sized = U.sized_config(level, found, given | width)
+        if sized.d_model in seen:
+            continue
+        seen.add(sized.d_model)
 
-        def probe(caller):  # self-attention callers: one sequence
+        def probe(caller, sized=sized):  # self-attention callers: one sequence
             return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal, sizes)
 
-        flow, raised = read_flow(user, level, probe, **conventions)
+        flow, tried = read_flow(user, level, probe, **conventions)
+        raised = raised if len(seen) > 1 else tried  # what the parameters' own width raised is said
+        if flow is not None or stated(given).get("d_model"):
+            break
     if found.lacking is not None:  # raised with the recorded forward: an earlier op may be what it lacks first
         found.lacking.flow = flow
         raise found.lacking
