@@ -103,7 +103,6 @@ TODAY |= {  # fresh38: hybrid models (SSM or recurrence beside attention), first
     "jamba_hand.wrong_scale_middle_attention": "no pair at mixer.x_proj, a macaron feed-forward",
     "jamba_hand.attention_only": "unexplained at model.layers.0.mixer: no positions judged under RoPE",
     "jamba_hand.attention_only.not_causal_second_layer": "unexplained at layers.0: no positions judged under RoPE",
-    "zamba_hand": "no pair at shared_transformer.mixer (shared weights), the cumsum scan before it unsaid",
     "griffin_hand": "no pair at the rg_lru, its sqrt(1 - a^2) read as an RMS norm without weight",
 }  # fmt: skip
 
@@ -117,8 +116,6 @@ TODAY |= {  # fresh39: GPT-1's mask written as a product (w * b + -1e9 * (1 - b)
 }  # fmt: skip
 
 TODAY |= {  # fresh40: research LMs that change the residual stream, the depth or the objective, as first met
-    "looped_lm": "a block run twice said as ALBERT's sharing, no pair (a stack of tied layers is the reference's)",
-    "looped_lm.step_embedding": "check.module raises IndexError (unsupported._read_ids on the 0-d step index)",
     "resformer": "unexplained at layers, no op named (the value mixing with layers.0.attn's values not said)",
     "resformer.activation_on_up_second_layer": "unexplained at layers, no op named (the value mixing not said)",
     "denseformer": "could not judge: 7 norms found, 5 in the reference (the DWA weights counted as norms)",

@@ -82,7 +82,20 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
         return cfg, *mapped, fixed
     linker = Linker(entry, cfg, units, found)
     _link(linker)
+    _refuse_unlinked(entry, found, linker.links)
     return cfg, linker.links, linker.zero, fixed
+
+
+def _refuse_unlinked(entry, found, links: list) -> None:
+    """NoPair at the first projection the judged output is computed through that no link holds (ALBERT's embeddings
+    projected to the layers' width before the first layer): the reference has no place for its weights."""
+    held = {link.user for link in links}
+    order = found.flow.order if found.flow is not None else {}
+    piece = next((p for p in found.pieces if p.weight in order and p.weight not in held), None)
+    if piece is not None:
+        what = f"{piece.weight} projects {piece.in_features} -> {piece.out_features} features in no attention or "
+        what += "feed-forward block (a linear no unit of the reference holds)"
+        raise NoPair(piece.weight.rpartition(".")[0] or "(the module)", what, entry.name)
 
 
 def _sized(entry, found, given: dict, default: dict) -> tuple:

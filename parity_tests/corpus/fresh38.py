@@ -59,6 +59,10 @@ First met: 12 of 18 right. Wrong:
   normalises without a weight": the RG-LRU's sqrt(1 - a_t^2) input scale read as an RMS norm, its sigmoid gates
   and its recurrence unsaid.
 
+Fixed since (zamba_hand): the shared block is read as reference layers holding the same weights (no refusal while
+the config is read), and a cumsum of what a projection makes (a scan's decays accumulated) is said where it runs:
+mamba_layers.0.mixer, the first op in data flow the reference lacks.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
