@@ -535,14 +535,16 @@ def _laid_out(link: Link, reference: dict, shape: tuple) -> np.ndarray:
 
 def ties(links: list) -> list:
     """((name, rows), (name, rows)) for each part of a user tensor linked again, paired with its first link's: a
-    module run at several depths, whose reference layers hold the same weights (units.Linker._stack)."""
+    module run at several depths, whose reference layers hold the same weights (units.Linker._stack). Parts of
+    other rows are no tie."""
     first: dict = {}
-    return [
+    pairs = [
         pair
         for link in links
-        if first.setdefault(link.user, link) is not link
+        if first.setdefault(link.user, link) is not link and len(link.parts) == len(first[link.user].parts)
         for pair in zip(first[link.user].parts, link.parts, strict=True)
     ]
+    return [(a, b) for a, b in pairs if a[1] == b[1]]
 
 
 def _at(tensor: np.ndarray, rows) -> np.ndarray:

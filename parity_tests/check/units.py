@@ -52,6 +52,7 @@ class Units:
     shared_norm: bool = False  # the parallel block's one norm (Phi-2's), read by both
     sandwich: bool = False  # Gemma's norms after each sublayer too (OLMo 2's: only after, input_norm False)
     input_norm: bool = True
+    again: bool = False  # modules run again with the same weights: one reference layer per call (_by_call)
     mlm: tuple | None = None  # an encoder's masked-LM head: (its dense piece, its norm)
 
     @property
@@ -186,7 +187,8 @@ def _by_call(flow, units: Units) -> None:
     """Modules run again with the same weights (flow.repeated: a looped or ALBERT-style stack) read as one reference
     layer per call: each feed-forward block and norm taken once per call, in the order the calls ran (the flow's
     attentions are one per call already); the reference's layers then hold the same weights (mapping.ties)."""
-    if not flow.repeated:
+    units.again = flow.repeated
+    if not units.again:
         return
     last = lambda b: b.router if isinstance(b, Mixture) else b[-1]  # noqa: E731
     blocks = [(n.index, b) for b in units.blocks for n in flow._products(last(b).weight)]
@@ -729,7 +731,8 @@ class Linker:
     def _stack(self, link: Link) -> None:
         """`link`, or its parts stacked after those of the link its user tensor already has in this layer (a
         projection one unit links rows of and another the rows after them: PaLM's q, k, v and feed-forward in one);
-        a tensor an earlier layer links too is that layer's module run again: a link of its own (mapping.ties)."""
+        where modules run again (Units.again), a tensor an earlier layer links too is that layer's module run
+        again: a link of its own (mapping.ties)."""
         held = next((k for k in self.links[self.since :] if k.user == link.user), None)
         if held is None:
             self.links.append(link)
@@ -844,7 +847,7 @@ class Linker:
 
     def layer(self, prefix: str, decoder: bool) -> None:
         """A layer's attentions (a decoder's two), feed-forward block and norms, in the order they run."""
-        self.since = len(self.links)
+        self.since = len(self.links) if self.units.again else 0
         for name in ["self_attn"] + ["cross_attn"] * decoder:
             self.attention(self.take("attention", f"{prefix}{name}"), f"{prefix}{name}.")
         self.ffn(self.take("feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")

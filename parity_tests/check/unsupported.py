@@ -586,11 +586,11 @@ def _row_added(rec) -> tuple | None:
     """A table's row read by one number (a 0-d index or one id everywhere, no ids of the sequence) added to the
     stream after a layer ran on it (a universal transformer's step embedding, a vector per pass): the reference
     adds rows (BERT's token type) to the embeddings alone. Said at the table's module, where it is first read."""
-    for lookup in (n for n in rec.nodes if n.op == "embedding" and np.size(n.value) and n.parents):
-        ids = np.asarray(lookup.value)
+    for lookup in (n for n in rec.nodes if n.op == "embedding" and isinstance(n.value, np.ndarray) and n.parents):
+        ids = lookup.value
         ahead = list(DF.walk(lookup.children, lambda n: n.children if n.op in DF.VIEWS else []))
         later = [p for n in ahead if n.op in DF.ADDS for p in n.parents if p not in ahead and DF.back(p)[0]]
-        if (ids == ids.flat[0]).all() and later:
+        if ids.size and (ids == ids.flat[0]).all() and later:
             table = DF.weight_of(lookup.parents[-1]) or "a table"
             what = f"{table}[{ids.flat[0]}] is added to the stream after {later[0].module or 'a layer'} ran"
             return lookup.module, f"{what} (a row per pass: a step embedding)"
