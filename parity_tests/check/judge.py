@@ -510,9 +510,9 @@ TIED = "judged as reference layers holding the same weights, each of its gradien
 
 
 def _run_again(links: list) -> list:
-    """[the module holding every user tensor linked more than once (their common path)], or [] where none is."""
-    users = [link.user for link in links]
-    paths = [u.split(".")[:-1] for u in dict.fromkeys(users) if users.count(u) > 1]
+    """[the module holding every user tensor the links tie across layers (their common path)], or [] where none is."""
+    tied = {b for _, b in MP.ties(links)}
+    paths = [u.split(".")[:-1] for u in dict.fromkeys(k.user for k in links if tied & set(k.parts))]
     common = []
     for parts in zip(*paths, strict=False):
         if len(set(parts)) > 1:

@@ -645,8 +645,9 @@ def _batch_norm(rec) -> tuple | None:
 def _read_ids(node) -> bool:
     """A table lookup whose ids vary along the sequence and are no positions (0 .. T - 1 from some start on every
     row): ids the module was given, not made."""
-    ids = node.value if node.op == "embedding" and isinstance(node.value, np.ndarray) and node.value.size else None
-    steps = None if ids is None else np.diff(np.atleast_1d(ids).reshape(-1, max(ids.shape[-1:], default=1)), axis=-1)
+    read = node.op == "embedding" and isinstance(node.value, np.ndarray) and node.value.size
+    ids = np.atleast_1d(node.value) if read else None  # a 0-d index: one id
+    steps = None if ids is None else np.diff(ids.reshape(-1, ids.shape[-1]), axis=-1)
     return steps is not None and steps.size > 0 and not (steps == 1).all() and not (steps == 0).all()
 
 
