@@ -71,50 +71,6 @@ CORPORA += (fresh37, fresh38, fresh39, fresh40)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh37: a hand-written backward is never named inside a module; a custom op named layer_norm
-    **dict.fromkeys(
-        [
-            "fn_gpt.attention_backward_missing_scale_second_block",
-            "fn_gpt.ln_missing_mean_term_second_block",
-            "fn_gpt.ln_missing_variance_term_second_block",
-            "fn_gpt.weight_grad_transposed_second_block",
-            "fn_gpt.gelu_sign_flipped_second_block",
-            "fn_gpt.gelu_without_density_term_second_block",
-            "fn_llama.softmax_missing_row_term_second_layer",
-            "fn_llama.down_proj_weight_grad_mean_second_layer",
-            "fn_checkpointed_gpt.ln_missing_mean_term_second_block",
-            "fn_layer_norm.missing_mean_term",
-            "fn_mlp.d_model_given.gelu_sign_flipped",
-        ],
-        "unexplained: a gradient diverges (the worst parameter named); no backward id, no op",
-    ),
-    **dict.fromkeys(
-        ["custom_op_gpt", "custom_op_gpt.ln_missing_variance_term_second_block"],
-        "could not judge: a custom op named layer_norm read as F.layer_norm, its str argument taken as eps",
-    ),
-    **dict.fromkeys(
-        ["fn_mlp", "fn_mlp.gelu_sign_flipped"],
-        "could not judge: the width read as 64 from bare (out, in) Parameters; its hint (call=, mapping=) no help",
-    ),
-}
-
-TODAY |= {  # fresh38: hybrid models (SSM or recurrence beside attention), first met
-    "jamba_hand": "no pair at mixer.x_proj, a macaron feed-forward (the Conv1d before it unsaid)",
-    "jamba_hand.wrong_scale_middle_attention": "no pair at mixer.x_proj, a macaron feed-forward",
-    "jamba_hand.attention_only": "unexplained at model.layers.0.mixer: no positions judged under RoPE",
-    "jamba_hand.attention_only.not_causal_second_layer": "unexplained at layers.0: no positions judged under RoPE",
-    "griffin_hand": "no pair at the rg_lru, its sqrt(1 - a^2) read as an RMS norm without weight",
-}  # fmt: skip
-
-TODAY |= {  # fresh39: GPT-1's mask written as a product (w * b + -1e9 * (1 - b)) read as a learned temperature
-    "openai_gpt1.causal_shows_next_second_block": "no pair at h.0.attn: a learned factor of h.0.attn.b",
-    "openai_gpt1.heads_merged_without_permute_second_block": "no pair at h.0.attn: a learned factor of h.0.attn.b",
-    "openai_gpt1.eps_outside_sqrt_second_block": "no pair at h.0.attn: a learned factor of h.0.attn.b",
-    "openai_gpt1.block.causal_shows_next": "no pair at attn: a learned factor of attn.b (a temperature)",
-    "pretrained_bert.pooled": "unexplained at (the module): the pooler's tanh not said",
-    "blog_gpt.shaw_relative": "no pair at blocks.0.attn, said as q_linear.weight times the states",
-}  # fmt: skip
-
 TODAY |= {  # fresh40: research LMs that change the residual stream, the depth or the objective, as first met
     "resformer": "unexplained at layers, no op named (the value mixing with layers.0.attn's values not said)",
     "resformer.activation_on_up_second_layer": "unexplained at layers, no op named (the value mixing not said)",
@@ -124,7 +80,6 @@ TODAY |= {  # fresh40: research LMs that change the residual stream, the depth o
     "mod_llama": "unexplained: a gradient of layers.1.block.mlp.w1 diverges; neither router nor skip named",
     "llada": "could not judge: output (3, 6, 26) for the reference's (3, 6, 32); pass call= or mapping=",
     "llada.activation_on_up_second_layer": "could not judge on the output's shape; layers.1.mlp's mistake not named",
-    "canon_llama": "unexplained at layers.0, no op named (the canon layer's depthwise convolution not said)",
 }
 
 

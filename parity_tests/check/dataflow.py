@@ -115,8 +115,8 @@ class _Recorder(TorchFunctionMode):
         out = func(*args, **kwargs)
         flat, _ = tree_flatten((args, kwargs))
         name = getattr(func, "__name__", str(func))
-        if isinstance(func, torch._ops.OpOverload):  # an exported graph's aten.view.default: "view" (aten's order)
-            name = func.overloadpacket.__name__
+        if isinstance(func, torch._ops.OpOverload):  # an exported graph's aten.view.default: "view" (aten's order);
+            name = func.overloadpacket.__name__ if func.namespace == "aten" else func.name()  # a custom op: its own
             args = (args[1], args[0], *args[2:]) if name == "embedding" else args  # aten's (weight, ids)
         if name == "tensordot":  # read as the einsum it is: tensordot(x, w, ([2], [1])) is "abc,dc->abd"
             name, args, kwargs = "einsum", (_tensordot_equation(*args, **kwargs), *args[:2]), {}

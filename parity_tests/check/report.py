@@ -33,7 +33,7 @@ FLOAT32_FLOOR = 32 * float(np.finfo(np.float32).eps)
 READ_FROM_FLOW = (
     "parallel_residual", "shared_norm", "attn_softcap", "logit_softcap", "attn_sinks", "sliding_window", "layer_types",
     "attention_scale_by_layer", "rope_scaling", "kv_lora_rank", "q_lora_rank", "head_dim", "v_head_dim",
-    "rotary_dim", "attention_scale", "n_experts", "d_expert", "n_shared_experts",
+    "rotary_dim", "attention_scale", "n_experts", "d_expert", "n_shared_experts", "rope_layers",
 )  # fmt: skip
 MIXTURE = ("top_k", "norm_topk_prob", "dense_layers", "expert_kind")  # shown with n_experts
 ROUTER = ["router_scoring", "router_score_bias", "router_groups", "router_topk_groups", "routed_scaling"]  # DeepSeek's

@@ -155,7 +155,7 @@ def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: in
             probes[key + ("unpadded",)] = dataclasses.replace(
                 p, src_keep=None, valid=None if p.valid is p.src_keep else p.valid
             )
-    rope = rope_options(entry, model, stated(given))
+    rope = rope_options(entry, model, stated(given), found.flow)
     head = output_head(user, model.links) if is_module and entry.group == "model" else None
     return Check(
         user, level, entry, is_module, given, conventions["mask"], seed, model, found.flow, shapes, params, probes,
@@ -202,9 +202,10 @@ def config_candidates(entry, model: Model, flow, rope: list, given: dict) -> lis
     return [dataclasses.replace(base, **o) for o in options]
 
 
-def rope_options(entry, model: Model, given: dict) -> list:
+def rope_options(entry, model: Model, given: dict, flow=None) -> list:
     """Rotary positions at each base the module states, where nothing else gives positions; tried first when the
-    module keeps RoPE tables or several bases."""
+    module keeps RoPE tables or several bases; tried last, rotary positions on no layer (SmolLM3's NoPE layers
+    everywhere: no positions at all) where the forward turns no attention's queries and computes no table."""
     own_table = entry.group == "model" and (model.cfg.positional in ("learned", "relative") or model.overwrite)
     if not model.thetas or not entry.rope or own_table or given.get("positional") not in (None, "rope"):
         return []
@@ -212,6 +213,10 @@ def rope_options(entry, model: Model, given: dict) -> list:
     rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
     if given.get("positional") == "rope":
         return rope
+    layers = model.cfg.n_decoder_layers or model.cfg.n_encoder_layers
+    unturned = flow is not None and 0 < len(flow.attentions) == layers and not model.rope_overwrite
+    if unturned and not any(a.turned for a in flow.attentions) and not any(n.op in DF.TURNS for n in flow.nodes):
+        rope.append(rope[0] | {"rope_layers": (False,) * len(flow.attentions)})
     return rope + [{}] if model.rope_overwrite or len(model.thetas) > 1 else [{}] + rope
 
 
@@ -317,13 +322,21 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
             alone = read_flow(user, level, lambda caller: one, 16, **called)[0]
             flow = alone if alone is not None and len(alone.attentions) < len(flow.attentions) else flow
     recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
-    if flow is None and recorded:
-        sized = U.sized_config(level, found, given)
+    widths: list[dict] = [{}] + [{"d_model": w} for w in dict.fromkeys(p.out_features for p in found.pieces)]
+    seen: set = set()  # the widths tried: the parameters' own first (bare (out, in) weights are read (in, out))
+    for width in widths if flow is None and recorded else []:  # the width the forward runs at: the input's last axis
+        sized = U.sized_config(level, found, given | width)
+        if sized.d_model in seen:
+            continue
+        seen.add(sized.d_model)
 
-        def probe(caller):  # self-attention callers: one sequence
+        def probe(caller, sized=sized):  # self-attention callers: one sequence
             return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal, sizes)
 
-        flow, raised = read_flow(user, level, probe, **conventions)
+        flow, tried = read_flow(user, level, probe, **conventions)
+        raised = raised if len(seen) > 1 else tried  # what the parameters' own width raised is said
+        if flow is not None or stated(given).get("d_model"):
+            break
     if found.lacking is not None:  # raised with the recorded forward: an earlier op may be what it lacks first
         found.lacking.flow = flow
         raise found.lacking

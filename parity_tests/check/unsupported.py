@@ -28,12 +28,12 @@ def differs(where: str, what: str) -> str:
 
 class NoPair(ValueError):
     """Raised where reading the module meets math the reference does not have: `where` (the user's submodule) and
-    `what` it computes; check.module answers it (`answer`) as Result.unsupported."""
+    `what` it computes (`place`); check.module answers it (`answer`) as Result.unsupported."""
 
     def __init__(self, where: str, what: str, level: str = ""):
         said = f"the reference {level!r}" if level else "the reference"
         super().__init__(f"{where} computes {what}: {said} has none, so this is math it does not have")
-        self.answer = differs(where, what)
+        self.answer, self.place = differs(where, what), (where, what)
         self.flow: DF.Flow | None = None  # the recorded forward, where it was read before this was raised
 
 
@@ -57,11 +57,12 @@ ACTIVATIONS = (
 )
 
 
-def explain(flow, since: str | None = None) -> str | Diagnosis | None:
+def explain(flow, since: str | None = None, met: tuple | None = None) -> str | Diagnosis | None:
     """The finders' answer on `flow` at the submodule that runs first (of a tie, FINDS' order): the no-pair text, or
     the Diagnosis of QuickGELU's constant mistyped; None where it computes nothing this module names (or was not
     recorded). `since`: the submodule the outputs first diverge at; those that ran before it agreed with the
-    reference, so what they compute is no cause: a finder that answers there reads again from `since`'s first op."""
+    reference, so what they compute is no cause: a finder that answers there reads again from `since`'s first op.
+    `met`: the (where, what) of a NoPair reading the module raised, said where it runs before every finder's."""
     if not flow:
         return None
     start = _ran(flow, since) if since and since != "(the module)" else 0
@@ -73,8 +74,16 @@ def explain(flow, since: str | None = None) -> str | Diagnosis | None:
         return f is not None and (_ran(flow, where) >= start or inside)
 
     found = [f if kept(f := find(flow)) or f is None else find(after) for find in FINDS]
-    first = min((f for f in found if kept(f)), key=lambda f: _ran(flow, _where(f)), default=None)
-    return first if first is None or isinstance(first, Diagnosis) else differs(*first)
+    first = min((f for f in found if kept(f)), key=lambda f: _rank(flow, f), default=None)
+    if met is not None and (first is None or _ran(flow, met[0]) < _rank(flow, first)):
+        return differs(*met)
+    return first if first is None or isinstance(first, Diagnosis) else differs(*first[:2])
+
+
+def _rank(flow, found) -> int:
+    """Where a finding runs in data flow: the op it names where it gives one (a third item), else the first op of
+    its submodule."""
+    return found[2] if isinstance(found, tuple) and len(found) > 2 else _ran(flow, _where(found))
 
 
 def _where(found) -> str:
@@ -101,15 +110,16 @@ def _to_scores(node, depth: int = 12) -> bool:
 
 def _terms(rec):
     """(node, term, value) for each term joining an attention's scores before the softmax (torch's, or exp(s - max s)
-    written out; SDPA's float attn_mask) that is not the scores: multiplied (value None); added or subtracted, or the
-    tensor baddbmm adds (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its float64 as added
-    (_read). A row constant (the max a softmax by hand subtracts, any (..., 1) term) is none: the normalisation along
-    the keys cancels it; nor is the scores' own logsumexp subtracted (_normaliser: a softmax, over its axis)."""
+    written out; SDPA's float attn_mask) that is not the scores: multiplied, added or subtracted (a second product:
+    value None), or the tensor baddbmm adds (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its
+    float64 as added (_read). A row constant (the max a softmax by hand subtracts, any (..., 1) term) is none: the
+    normalisation along the keys cancels it; nor is the scores' own logsumexp subtracted (_normaliser: a softmax,
+    over its axis)."""
     for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
         seen = rec.keys_seen(s)
         for node in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []):
             if node.op in DF.MULS and _to_scores(node):
-                yield from ((node, p, None) for p in node.parents if not _to_scores(p))
+                yield from ((node, p, _read(rec, p, 1.0, seen)) for p in node.parents if not _to_scores(p))
             elif node.op in DF.ADDS | DF.SUBS and _to_scores(node):
                 products = [p for p in node.parents if p.op in DF.PRODUCTS and _to_scores(p)]
                 yield from ((node, p, None) for p in products[1:])  # a second product: Transformer-XL's position
@@ -151,14 +161,15 @@ def reference_alibi(rec) -> bool:
 
 def score_terms(rec) -> tuple | None:
     """A term added to an attention's scores before the softmax that is no mask (_bias: ALiBi's, T5's, another), or
-    a factor multiplying them computed from a parameter (a learned temperature); T5's bias read as the reference's
-    (_t5) is none, unless each layer reads a table of its own (the reference: one a stack)."""
+    a factor multiplying them computed from a parameter (a learned temperature) that is not 1 at every key read
+    (_keeps: a mask's keep side); T5's bias read as the reference's (_t5) is none, unless each layer reads a table
+    of its own (the reference: one a stack)."""
     terms = list(_terms(rec))
-    causal, reads = _causal([v for _, _, v in terms]), t5_relative(rec, whole=False)
+    causal, reads = _causal([v for n, _, v in terms if n.op not in DF.MULS]), t5_relative(rec, whole=False)
     for node, term, value in terms:
         if node.op in DF.MULS:
             learned = [n.param for n in DF.walk([term], lambda n: n.parents) if n.param is not None]
-            if learned:
+            if learned and not _keeps(value):
                 return node.module, f"the scores are multiplied by a learned factor of {learned[0]} (a temperature)"
             continue
         if term.op in DF.PRODUCTS:
@@ -224,11 +235,24 @@ def _product(node) -> str:
     def operand(n) -> str:
         weights, _, learned = DF.back(n)
         fixed = not any(m.op in ("input", "embedding") for m in DF.walk([n], lambda m: m.parents))  # ids' too
-        said = " and ".join(dict.fromkeys(weights)) or "the states"
+        said = " and ".join(dict.fromkeys(weights)) or _rows(n) or "the states"
         said += f" (with {', '.join(learned)} added)" if learned else ""
         return said + " of a table the forward computes (not the input: a positional term)" * fixed
 
     return " times ".join(operand(p) for p in node.parents[:2])
+
+
+def _rows(node) -> str:
+    """The rows of a table `node` is (through views and element-wise ops, no product), in the user's terms: the
+    table's name and what picks them (key - query where the ids are a function of it alone: relative positions);
+    "" where it is no lookup."""
+    met = DF.walk([node], lambda n: [] if n.op in DF.PRODUCTS or isinstance(n.value, np.ndarray) else n.parents)
+    for n in (n for n in met if isinstance(n.value, np.ndarray) and n.op in ("embedding", "__getitem__")):
+        table, ids = DF.weight_of(n.parents[-(n.op == "embedding")]), np.asarray(n.value)
+        square = ids.ndim >= 2 and ids.shape[-1] == ids.shape[-2] > 1 and ids.min() < ids.max()
+        by = "key - query (relative positions)" if square and (ids[..., 1:, 1:] == ids[..., :-1, :-1]).all() else "ids"
+        return f"the rows of {table} picked by {by}" if table else ""
+    return ""
 
 
 def _macaron(flow) -> tuple | None:
@@ -424,6 +448,13 @@ def _alibi(b, causal: bool = False) -> str | None:
             return "reference"
         return f"(a per-head slope, {float(slopes[0]):.4g} for the first head, times {form if both else 'key - query'})"
     return None
+
+
+def _keeps(factor) -> bool:
+    """Whether a factor multiplying the scores is 1 at every (query, key) read (NaN where not read): a mask's
+    keep side (GPT-1's w * b + -1e9 * (1 - b), b a 0/1 buffer; the keys it zeroes are hidden by the term added), no
+    temperature."""
+    return factor is not None and factor.ndim >= 2 and bool(((factor == 1) | factor.isnan()).all())
 
 
 def _mask(b) -> bool:
@@ -706,13 +737,64 @@ def _windows(rec) -> tuple | None:
     return None
 
 
+def _shifted_copies(rec) -> tuple | None:
+    """A tensor padded along its positions (F.pad) and read as 2 or more windows of its own length, each multiplied
+    by a learned tensor, the products summed: a convolution over neighbouring positions written out (a canon layer's,
+    a short convolution's); causal where the zeros go before the first position; said where it is weighted."""
+    for pad in (n for n in rec.nodes if n.op in ("pad", "constant_pad_nd") and n.parents and len(n.shape) >= 2):
+        x, padded = pad.parents[0], rec.values.get(pad.index)
+        grown = [i for i, (a, b) in enumerate(zip(x.shape, pad.shape, strict=False)) if a != b]
+        if len(x.shape) != len(pad.shape) or grown != [len(x.shape) - 2]:  # longer along the positions only
+            continue
+        windows = [c for c in pad.children if c.op == "__getitem__" and tuple(c.shape) == tuple(x.shape)]
+        weights = [p for w in windows for m in w.children if m.op in DF.MULS for p in m.parents if p is not w]
+        if len(windows) < 2 or len(weights) < 2 or not all(map(_learned, weights)) or padded is None:
+            continue
+        K = pad.shape[-2] - x.shape[-2] + 1
+        unpadded = rec.values.get(x.index)
+        causal = "causal " * (unpadded is not None and torch.equal(padded[..., K - 1 :, :], unpadded))
+        depthwise = ", one weight per feature (depthwise)" * all(w.shape[-1:] == x.shape[-1:] for w in weights)
+        what = f"a {causal}convolution over neighbouring positions of width {K}, written out: {len(windows)} shifted"
+        return weights[0].module, f"{what} copies of x each times a learned weight{depthwise}, summed", pad.index
+    return None
+
+
+def _recurrence(rec) -> tuple | None:
+    """States joined over the positions (stack or cat of 3 or more) where the third is computed from the second, by
+    ops of its own that read no weight (a loop over the positions: Griffin's RG-LRU, a selective scan, a delta rule
+    written out): said where they are joined, the gated linear form h_t = a_t * h_(t-1) + b_t where the states are
+    it, with the functions its gates and inputs are made by; ranked at the first state, not at its submodule."""
+    for node in (n for n in rec.nodes if n.op in ("stack", "cat") and len(n.parents) > 2):
+        s, last = node.parents, node.parents[1].index
+        if any(a.index >= b.index for a, b in zip(s, s[1:], strict=False)):
+            continue
+        own = list(DF.walk([s[2]], lambda n, last=last: n.parents if n.index > last else []))
+        if any(DF.projection(n) for n in own) or not any(s[0].index < n.index <= s[1].index for n in own):
+            continue
+        made = DF.walk(s[:1], lambda n: [] if DF.projection(n) else n.parents)
+        funcs = sorted({n.op: n.index for n in made if n.op in DF.ACTIVATIONS | {"exp"}}.items(), key=lambda f: f[1])
+        linear = s[2].op in DF.ADDS and any(p.op in DF.MULS and s[1] in p.parents for p in s[2].parents)
+        form = "a gated linear recurrence h_t = a_t * h_(t-1) + b_t" if linear else "a recurrence, each state"
+        what = f"{form} over the positions, {len(s)} states each computed from the one before (a loop)"
+        made_by = f", its gates and inputs made by {', '.join(op for op, _ in funcs)}" * bool(funcs)
+        return node.module, f"{what}{made_by}: an RNN's or a state-space scan's", s[0].index
+    return None
+
+
 def _glu(rec) -> tuple | None:
     node = next((n for n in rec.nodes if n.op == "glu"), None)  # F.glu, nn.GLU: one op, no activation of the reference
     return None if node is None else (node.module, "glu(x) computes a * sigmoid(b) of x's two halves (a sigmoid GLU)")
 
 
+MOMENTS = {"mean", "sum", "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm"}  # a norm's root reads
+
+
 def _normalised(root_op):
-    """The product or quotient a root taken by hand normalises x with (x * rsqrt(...), x / (sqrt(...) + eps))."""
+    """The product or quotient a root taken by hand normalises x with (x * rsqrt(...), x / (sqrt(...) + eps)), where
+    the root reads a mean or sum (through sums, products and views): not a root of a gate (Griffin's sqrt(1 - a^2))."""
+    arithmetic = DF.ADDS | DF.SUBS | DF.MULS | DF.DIVS | DF.VIEWS
+    if not any(n.op in MOMENTS for n in DF.walk(root_op.parents, lambda n: n.parents if n.op in arithmetic else [])):
+        return None
     ahead = DF.walk(root_op.children, lambda n: n.children if n.op in DF.ADDS else [])
     return next((n for n in ahead if n.op in DF.MULS | DF.DIVS), None)
 
@@ -967,18 +1049,22 @@ def _cat_made(node) -> str:
 
 def _picked(rec) -> tuple | None:
     """The states (B, T, D) read at one position per sequence into (B, D) (a reward model's hidden[:, -1]) by the
-    projection the module's output comes from (through element-wise ops and views), to a width other than D, at
-    another row than the first (a class token's, which the towers read): a head on one position, which no reference
-    level has; said where the row is picked."""
-    for node in DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in ELEMENTWISE | DF.VIEWS else []):
+    projection the module's output comes from (through element-wise ops and views): a head on one position, which no
+    reference level has, where an activation follows its projection (BERT's pooler, tanh(dense(h[:, 0]))) or its
+    width is not D at another row than the first (the towers read a class token's into a plain projection); said
+    where the row is picked."""
+    walked = list(DF.walk(rec.nodes[-1:], lambda n: n.parents if n.op in ELEMENTWISE | DF.VIEWS else []))
+    for node in walked:
         x = node.parents[0] if DF.projection(node) is not None else None
         if x is None or x.op not in DF.VIEWS | {"index_select", "gather"} or not x.parents:
             continue
-        whole = x.parents[0]
-        if len(whole.shape) == 3 and tuple(x.shape) == (whole.shape[0], whole.shape[2]) != tuple(node.shape):
-            if not _first_row(rec, x, whole):
-                what = f"the state at one position per sequence, (B, T, D) -> (B, D), fed to {node.module or 'a head'}"
-                return x.module, f"{what}: a head of {whole.shape[2]} -> {node.shape[-1]} feature(s)"
+        whole, after = x.parents[0], [n.op for n in walked if n.op in DF.ACTIVATIONS and n.index > node.index]
+        if len(whole.shape) != 3 or tuple(x.shape) != (whole.shape[0], whole.shape[2]):
+            continue
+        if after or node.shape[-1] != whole.shape[2] and not _first_row(rec, x, whole):
+            what = f"the state at one position per sequence, (B, T, D) -> (B, D), fed to {node.module or 'a head'}"
+            then = f", then {' and '.join(dict.fromkeys(after))}" if after else ""
+            return x.module, f"{what}: a head of {whole.shape[2]} -> {node.shape[-1]} feature(s){then}"
     return None
 
 
@@ -1132,5 +1218,5 @@ FINDS = (
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
     _rounded, _activation, _value_embedding, _row_added, _running_sum, _learned_scale, _pooled, _picked,
-    _feature_head, _uncalled, _prepended,
+    _feature_head, _uncalled, _prepended, _shifted_copies, _recurrence,
 )  # fmt: skip

@@ -59,6 +59,16 @@ First met: 12 of 18 right. Wrong:
   normalises without a weight": the RG-LRU's sqrt(1 - a_t^2) input scale read as an RMS norm, its sigmoid gates
   and its recurrence unsaid.
 
+Fixed since: a no pair met while reading the module (the Mamba mixer's Conv1d) and the finders' answers are ranked
+by where they run in data flow, so the Conv1d is said before the feed-forward read at x_proj; a finding may name
+the op it ranks at (a loop's first state, a padded tensor) instead of its submodule's first op. Where no attention
+turns its queries and the forward computes no cos, sin or polar table, RoPE on no layer (rope_layers all False) is
+tried last, so the attention-only model passes and its second layer's missing mask is named. A root taken by hand
+is a norm only where it reads a mean or a sum, so Griffin's sqrt(1 - a^2) is none; states joined over the positions,
+each computed from the one before by ops that read no weight, are said as a recurrence ("a gated linear recurrence
+h_t = a_t * h_(t-1) + b_t", with the sigmoid, softplus and exp its gates are made by) where they are joined.
+zamba_hand (weight sharing) is left to its own fix.
+
 Fixed since (zamba_hand): the shared block is read as reference layers holding the same weights (no refusal while
 the config is read), and a cumsum of what a projection makes (a scan's decays accumulated) is said where it runs:
 mamba_layers.0.mixer, the first op in data flow the reference lacks.

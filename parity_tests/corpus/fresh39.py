@@ -65,6 +65,12 @@ First met: 14 of 20 right. Wrong:
   blocks.0.attn.q_linear.weight times the states, which the reference has no pair for" (class and place right, but
   the product is named by the query's weight, not by the relative key table it reads, relative_k).
 
+Fixed since: a factor on the scores that is 1 at every (query, key) read is read as a mask's keep side, not a
+learned temperature (GPT-1's 0/1 buffer beside its -1e9 term), so each second block's mistake is named; a head on
+one position per sequence whose projection an activation follows (the pooler's tanh of the first position's dense)
+is said where the row is picked, naming the activation; and an operand of a second product on the scores that is a
+table's rows is named by that table and what picks them (relative_k, by key - query).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
