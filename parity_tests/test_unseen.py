@@ -71,13 +71,7 @@ CORPORA += (fresh37, fresh38, fresh39, fresh40)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh38: hybrid models (SSM or recurrence beside attention), first met
-    "zamba_hand": "no pair at shared_transformer.mixer (shared weights), the cumsum scan before it unsaid",
-}  # fmt: skip
-
 TODAY |= {  # fresh40: research LMs that change the residual stream, the depth or the objective, as first met
-    "looped_lm": "a block run twice said as ALBERT's sharing, no pair (a stack of tied layers is the reference's)",
-    "looped_lm.step_embedding": "check.module raises IndexError (unsupported._read_ids on the 0-d step index)",
     "resformer": "unexplained at layers, no op named (the value mixing with layers.0.attn's values not said)",
     "resformer.activation_on_up_second_layer": "unexplained at layers, no op named (the value mixing not said)",
     "denseformer": "could not judge: 7 norms found, 5 in the reference (the DWA weights counted as norms)",

@@ -194,7 +194,7 @@ def compare(check: Check, choice: Choice, dtype) -> list:
     out.backward(torch.from_numpy(dout).to(out.device, out.dtype))
     user_grads = {n: t.grad.detach().cpu().double().numpy() for n, t in params.items() if t.grad is not None}
     user_params = MP.scatter(links, user_grads, check.shapes)
-    ref = reference_tensors(run, p, kind, index, dout)
+    ref = MP.summed_over_ties(links, reference_tensors(run, p, kind, index, dout))
     pairs = {output_name(kind): (_valid(out.detach().cpu().double().numpy(), valid), ref[output_name(kind)])}
     grads = {}
     for n, g in ref.items():
@@ -206,7 +206,7 @@ def compare(check: Check, choice: Choice, dtype) -> list:
     if dtype == np.float32 or holds_float32(check.cache.get("islands")):  # a float32 tensor held: float64 no better
         twin = np.float64 if dtype == np.float32 else np.float32  # the reference in the other dtype: its own error
         twin_run = LV.run_reference(check.level, check.params, p, choice.cfg, twin)
-        again = reference_tensors(twin_run, p, kind, index, dout)
+        again = MP.summed_over_ties(links, reference_tensors(twin_run, p, kind, index, dout))
         ref32, ref64 = (ref, again) if dtype == np.float32 else (again, ref)
         own = own_errors({n: ref32[n] for n in [*pairs, *grads]}, ref64)
     coarser = COARSER.get(RN.narrowest(check.flow), 1.0) if dtype == np.float32 else 1.0  # a run in bfloat16
@@ -359,9 +359,7 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
     tower = TW.judge_tower(user_module, reference, module)
     if tower is not None and tower.error is None:  # a ViT, a CLIP tower or Whisper's encoder (towers.py)
         return tower
-    result = shared_layer(user_module, reference, exc) or Result(reference=reference)
-    if result.diagnoses:
-        return result
+    result = Result(reference=reference)
     flow = flow or getattr(exc, "flow", None)  # a module read as lacking (mapping.structure), its forward recorded
     met = exc.place if isinstance(exc, US.NoPair) and tower is None else None
     found = US.explain(flow, met=met) or (met and US.differs(*met))  # the first in data flow
@@ -386,21 +384,6 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
         settles += "one, or pass it with scaled_dot_product_attention in that op's place"
     result.error = f"could not judge: {said}{settles}"
     return result
-
-
-def shared_layer(user_module, reference: str, exc: BaseException) -> Result | None:
-    """A layer the model runs again with the same weights (ALBERT's: NoPair's `part`) judged on its own at the
-    reference's layer level: the catalogued mistake named inside it, else (the sharing the answer) a note alone; None
-    for any other stop."""
-    part = getattr(exc, "part", "")
-    found = _alone(user_module, reference, part) if part else None
-    if found is None:
-        return None
-    note = f"{part} runs again with the same weights (ALBERT's sharing), judged on its own as the reference's "
-    note += repr(found.reference)
-    note += ": it passes" if found.passed else ""
-    where = found.diagnoses[0].where if found.diagnoses else None
-    return Result(reference=reference, first_divergence=where, diagnoses=found.diagnoses, notes=[note])
 
 
 def _alone(user_module, reference: str, part: str) -> Result | None:
@@ -700,6 +683,21 @@ def fully_padded_source(check: Check, choice: Choice, result: Result) -> None:
         )
 
 
+TIED = "judged as reference layers holding the same weights, each of its gradients against the sum of theirs"
+
+
+def _run_again(links: list) -> list:
+    """[the module holding every user tensor the links tie across layers (their common path)], or [] where none is."""
+    tied = {b for _, b in MP.ties(links)}
+    paths = [u.split(".")[:-1] for u in dict.fromkeys(k.user for k in links if tied & set(k.parts))]
+    common = []
+    for parts in zip(*paths, strict=False):
+        if len(set(parts)) > 1:
+            break
+        common.append(parts[0])
+    return [".".join(common) or "(the module)"] if paths else []
+
+
 def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     """The Result under `choice`: its conventions (confirmed or assumed), the map, every tensor's rows in `dtypes`,
     what names a failure (divergence.diagnose, said_why) and the notes."""
@@ -724,6 +722,7 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     else:  # nothing reproduced the reference: the closest, said as such
         result.assumed, result.confirmed = conventions, False
     result.notes += check.notes
+    result.notes += [f"{part} runs again with the same weights: {TIED}" for part in _run_again(layout.links)]
     if entry.stands_for is not None:
         result.notes.append(
             "torch.nn.Transformer: judged as the reference's encoder and decoder stacks on "

@@ -75,6 +75,11 @@ its mistake). Wrong:
 - canon_llama: "unexplained: layers.0 (reference decoder.layers.0) diverges ...; not expressible by the config
   and no catalogue variant reproduces it" (the layer right, the canon layer and its convolution not named).
 
+Fixed since (looped_lm, looped_lm.step_embedding): a module run again with the same weights is read as reference
+layers holding the same weights, one per call (each shared tensor's gradient against the sum of the layers'), so the
+looped block passes; a table's row read by one number and added to the stream after a layer is said at `step_emb`
+(no lookup of a 0-d index raises any more).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
