@@ -191,8 +191,16 @@ def test_left_padded_forward_and_gradients_equal_transformers(family, side, tmp_
     assert np.abs(unmasked[real] - theirs[real]).max() > 1e-3 * scale  # the mask matters
 
 
-@pytest.mark.parametrize("side", SIDES)
-@pytest.mark.parametrize("family", list(LEFT_PADDED))
+# Decoding each family on one side in the default run, the sides alternating (the forward and every gradient of
+# both sides are compared above for every family); the other side with -m slow.
+DECODED = [
+    pytest.param(family, side, marks=[pytest.mark.slow] if (i + j) % 2 else [])
+    for i, family in enumerate(LEFT_PADDED)
+    for j, side in enumerate(SIDES)
+]
+
+
+@pytest.mark.parametrize(("family", "side"), DECODED)
 def test_left_padded_prompts_decode_as_generate(family, side, tmp_path):
     """Greedy and beam search (3 beams), cached and not, on a left-padded batch with its attention_mask: equal
     to generate() on the same batch (Mistral's window of 3 rolls over the padding from the first step)."""

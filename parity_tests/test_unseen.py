@@ -71,42 +71,6 @@ CORPORA += (fresh37, fresh38, fresh39, fresh40)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh37: a hand-written backward is never named inside a module; a custom op named layer_norm
-    **dict.fromkeys(
-        [
-            "fn_gpt.attention_backward_missing_scale_second_block",
-            "fn_gpt.ln_missing_mean_term_second_block",
-            "fn_gpt.ln_missing_variance_term_second_block",
-            "fn_gpt.weight_grad_transposed_second_block",
-            "fn_gpt.gelu_sign_flipped_second_block",
-            "fn_gpt.gelu_without_density_term_second_block",
-            "fn_llama.softmax_missing_row_term_second_layer",
-            "fn_llama.down_proj_weight_grad_mean_second_layer",
-            "fn_checkpointed_gpt.ln_missing_mean_term_second_block",
-            "fn_layer_norm.missing_mean_term",
-            "fn_mlp.d_model_given.gelu_sign_flipped",
-        ],
-        "unexplained: a gradient diverges (the worst parameter named); no backward id, no op",
-    ),
-    **dict.fromkeys(
-        ["custom_op_gpt", "custom_op_gpt.ln_missing_variance_term_second_block"],
-        "could not judge: a custom op named layer_norm read as F.layer_norm, its str argument taken as eps",
-    ),
-    **dict.fromkeys(
-        ["fn_mlp", "fn_mlp.gelu_sign_flipped"],
-        "could not judge: the width read as 64 from bare (out, in) Parameters; its hint (call=, mapping=) no help",
-    ),
-}
-
-TODAY |= {  # fresh38: hybrid models (SSM or recurrence beside attention), first met
-    "zamba_hand": "no pair at shared_transformer.mixer (shared weights), the cumsum scan before it unsaid",
-}  # fmt: skip
-
-TODAY |= {  # fresh40: research LMs that change the residual stream, the depth or the objective, as first met
-    "looped_lm": "a block run twice said as ALBERT's sharing, no pair (a stack of tied layers is the reference's)",
-    "looped_lm.step_embedding": "check.module raises IndexError (unsupported._read_ids on the 0-d step index)",
-}
-
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
 SLOW = {

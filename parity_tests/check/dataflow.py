@@ -115,8 +115,8 @@ class _Recorder(TorchFunctionMode):
         out = func(*args, **kwargs)
         flat, _ = tree_flatten((args, kwargs))
         name = getattr(func, "__name__", str(func))
-        if isinstance(func, torch._ops.OpOverload):  # an exported graph's aten.view.default: "view" (aten's order)
-            name = func.overloadpacket.__name__
+        if isinstance(func, torch._ops.OpOverload):  # an exported graph's aten.view.default: "view" (aten's order);
+            name = func.overloadpacket.__name__ if func.namespace == "aten" else func.name()  # a custom op: its own
             args = (args[1], args[0], *args[2:]) if name == "embedding" else args  # aten's (weight, ids)
         if name == "tensordot":  # read as the einsum it is: tensordot(x, w, ([2], [1])) is "abc,dc->abd"
             name, args, kwargs = "einsum", (_tensordot_equation(*args, **kwargs), *args[:2]), {}
@@ -726,6 +726,17 @@ class Flow:
         """Whether the forward first combines the kept table `param` (seen through views) with sums only: positions
         added to the stream, not RoPE's tables, which multiply q and k."""
         return summed([n for n in self.nodes if n.param == param])
+
+    @property
+    def repeated(self) -> bool:
+        """Whether an attention's queries come from a projection an earlier attention's came from: the same weights
+        run again (a looped or ALBERT-style stack; or a call= running the model once per sequence)."""
+        earlier = lambda i: {q for b in self.attentions[:i] for q in b.q}  # noqa: E731
+        return any(a.q and set(a.q) <= earlier(i) for i, a in enumerate(self.attentions))
+
+    def uses(self, param: str) -> list:
+        """The ops that read `param` (seen through views), in the order they ran: one a call of a norm's scale."""
+        return [n for n in self.nodes if n.op not in VIEWS and any(root(p).param == param for p in n.parents)]
 
     def computed_from_projections(self, param: str) -> bool:
         """Whether `param`'s first use reads what projections made (a final norm), not tables only (an embedding's)."""

@@ -3,22 +3,28 @@
 One pass over frozen stages (session.recording, session.prepare: a Check); `choose` runs the candidate callers,
 weight maps and configs until the user's float64 output reproduces the reference's (a Choice); `verdict` compares
 the output and every parameter and input gradient under it (one random upstream gradient, zero at padded target
-positions) in float64 and float32, and names what fails (divergence.diagnose). Copies of the user's module hold the
-reference's random weights; the module itself is never touched.
+positions) in float64 and float32, and names what fails (divergence.diagnose; a gradient wrong under a matching
+output: the hand-written backward, an autograd.Function or custom op, that is not its own forward's derivative,
+wrong_backward). Copies of the user's module hold the reference's random weights; the module itself is never touched.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from numpy_transformer import TransformerConfig
+from numpy_transformer import attention as A
+from numpy_transformer import layers as L
 
 from . import calling as C
 from . import divergence as DV
@@ -31,7 +37,7 @@ from . import speech as SP
 from . import towers as TW
 from . import unsupported as US
 from . import weight_map as WM
-from .diagnosis import MATCH, _error, _valid
+from .diagnosis import MATCH, Diagnosis, _error, _valid, relative
 from .matchers import match
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result
 from .running import COARSER, at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
@@ -196,7 +202,7 @@ def compare(check: Check, choice: Choice, dtype) -> list:
     out.backward(torch.from_numpy(dout).to(out.device, out.dtype))
     user_grads = {n: t.grad.detach().cpu().double().numpy() for n, t in params.items() if t.grad is not None}
     user_params = MP.scatter(links, user_grads, check.shapes)
-    ref = reference_tensors(run, p, kind, index, dout)
+    ref = MP.summed_over_ties(links, reference_tensors(run, p, kind, index, dout))
     pairs = {output_name(kind): (_valid(out.detach().cpu().double().numpy(), valid), ref[output_name(kind)])}
     grads = {}
     for n, g in ref.items():
@@ -208,7 +214,7 @@ def compare(check: Check, choice: Choice, dtype) -> list:
     if dtype == np.float32 or holds_float32(check.cache.get("islands")):  # a float32 tensor held: float64 no better
         twin = np.float64 if dtype == np.float32 else np.float32  # the reference in the other dtype: its own error
         twin_run = LV.run_reference(check.level, check.params, p, choice.cfg, twin)
-        again = reference_tensors(twin_run, p, kind, index, dout)
+        again = MP.summed_over_ties(links, reference_tensors(twin_run, p, kind, index, dout))
         ref32, ref64 = (ref, again) if dtype == np.float32 else (again, ref)
         own = own_errors({n: ref32[n] for n in [*pairs, *grads]}, ref64)
     coarser = COARSER.get(RN.narrowest(check.flow), 1.0) if dtype == np.float32 else 1.0  # a run in bfloat16
@@ -361,9 +367,7 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
     tower = TW.judge_tower(user_module, reference, module)
     if tower is not None and tower.error is None:  # a ViT, a CLIP tower or Whisper's encoder (towers.py)
         return tower
-    result = shared_layer(user_module, reference, exc) or Result(reference=reference)
-    if result.diagnoses:
-        return result
+    result = Result(reference=reference)
     flow = flow or getattr(exc, "flow", None)  # a module read as lacking (mapping.structure), its forward recorded
     met = exc.place if isinstance(exc, US.NoPair) and tower is None else None
     found = US.explain(flow, met=met) or (met and US.differs(*met))  # the first in data flow
@@ -388,21 +392,6 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
         settles += "one, or pass it with scaled_dot_product_attention in that op's place"
     result.error = f"could not judge: {said}{settles}"
     return result
-
-
-def shared_layer(user_module, reference: str, exc: BaseException) -> Result | None:
-    """A layer the model runs again with the same weights (ALBERT's: NoPair's `part`) judged on its own at the
-    reference's layer level: the catalogued mistake named inside it, else (the sharing the answer) a note alone; None
-    for any other stop."""
-    part = getattr(exc, "part", "")
-    found = _alone(user_module, reference, part) if part else None
-    if found is None:
-        return None
-    note = f"{part} runs again with the same weights (ALBERT's sharing), judged on its own as the reference's "
-    note += repr(found.reference)
-    note += ": it passes" if found.passed else ""
-    where = found.diagnoses[0].where if found.diagnoses else None
-    return Result(reference=reference, first_divergence=where, diagnoses=found.diagnoses, notes=[note])
 
 
 def _alone(user_module, reference: str, part: str) -> Result | None:
@@ -462,13 +451,183 @@ def explained(result: Result, found) -> None:
         result.unsupported = found
 
 
+@dataclass
+class Part:
+    """One call of a hand-written backward in the user's float64 run: `call` (an autograd.Function's apply, or a
+    custom op) on `args` (tensors detached; parameters themselves), run in the forward of the submodule `where`;
+    `grad`: the upstream gradient its output got."""
+
+    call: Any
+    name: str
+    args: list
+    wrt: list  # the indices of the float tensors it differentiates
+    labels: list  # theirs: a parameter's own name (weight, bias), else "x"
+    where: str
+    grad: Any = None
+
+    def run(self) -> torch.Tensor:
+        return self.call(*self.args)
+
+
+def _held(a, parameter: bool):
+    """A part's argument as kept: a parameter itself (a checkpointed block reads its own), a tensor copied."""
+    copied = isinstance(a, torch.Tensor) and not parameter
+    return a.detach().clone(memory_format=torch.contiguous_format) if copied else a
+
+
+@contextmanager
+def hand_written(module: nn.Module, parts: list):
+    """While open, every autograd.Function applied and every custom op called (not aten's) whose output needs a
+    gradient, noted in `parts` with the submodule of `module` whose forward runs it (forward hooks' stack)."""
+    path, names = [""], {id(m): n for n, m in module.named_modules()}
+    params = {id(p): n.rpartition(".")[2] for n, p in module.named_parameters()}
+    hooks = [m.register_forward_pre_hook(lambda m, a: path.append(names[id(m)])) for m in module.modules()]
+    hooks += [m.register_forward_hook(lambda m, a, o: None if path.pop() else None) for m in module.modules()]
+    base = torch.autograd.Function.__dict__["apply"]
+
+    def noted(call, name: str, args: tuple, out):
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            held = [_held(a, id(a) in params) for a in args]
+            wrt = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+            wrt = [i for i in wrt if args[i].requires_grad]
+            part = Part(call, name, held, wrt, [params.get(id(args[i]), "x") for i in wrt], path[-1])
+            out.register_hook(partial(setattr, part, "grad"))
+            parts.append(part)
+        return out
+
+    def apply(cls, *args, **kwargs):
+        call = partial(base.__func__, cls)
+        return noted(call, cls.__name__, args, call(*args, **kwargs)) if not kwargs else call(*args, **kwargs)
+
+    class Ops(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            own = isinstance(func, torch._ops.OpOverload) and func.namespace not in ("aten", "prims") and not kwargs
+            return noted(func, func.name(), args, out) if own else out
+
+    torch.autograd.Function.apply = classmethod(apply)  # type: ignore[method-assign,assignment]
+    try:
+        with Ops():
+            yield
+    finally:
+        torch.autograd.Function.apply = base  # type: ignore[method-assign]
+        for h in hooks:
+            h.remove()
+
+
+def _against(part: Part, t: torch.Tensor, direction: torch.Tensor, h: float = 1e-5) -> float:
+    """<grad, d output> along `direction` on the part's input `t`, by central differences of its own forward."""
+    with torch.no_grad():
+        saved = t.detach().clone()
+        t.copy_(saved + h * direction)
+        up = float((part.grad * part.run()).sum())
+        t.copy_(saved - h * direction)
+        down = float((part.grad * part.run()).sum())
+        t.copy_(saved)
+    return (up - down) / (2 * h)
+
+
+def _gradients(part: Part) -> list:
+    """The part's own backward: the gradients of its inputs `wrt` for its upstream gradient (zeros where none)."""
+    ts = [part.args[i].requires_grad_(True) for i in part.wrt]
+    with torch.enable_grad():
+        got = torch.autograd.grad(part.run(), ts, part.grad, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g.detach() for t, g in zip(ts, got, strict=True)]
+
+
+def _wrong(part: Part) -> bool:
+    """Whether the part's backward disagrees with its forward's own derivative along one random direction."""
+    if part.grad is None or not part.wrt:
+        return False
+    ts, got = [part.args[i] for i in part.wrt], _gradients(part)
+    rng = torch.Generator().manual_seed(0)
+    directions = [torch.randn(t.shape, generator=rng, dtype=t.dtype).to(t.device) * t.isfinite() for t in ts]
+    slope = sum(float((g * v).sum()) for g, v in zip(got, directions, strict=True))
+    diff = sum(_against(part, t, v) for t, v in zip(ts, directions, strict=True))
+    return abs(slope - diff) > 1e-6 * max(abs(slope), abs(diff), 1e-12)
+
+
+def _expected(part: Part, t: torch.Tensor) -> np.ndarray:
+    """The right gradient of the part's input `t` for its upstream gradient: central differences, entry by entry."""
+    out, finite = np.zeros(t.numel()), t.detach().isfinite().reshape(-1).tolist()
+    for j in range(t.numel()):
+        one = torch.zeros(t.numel(), dtype=t.dtype, device=t.device)
+        one[j] = 1.0
+        out[j] = _against(part, t, one.view(t.shape)) if finite[j] else 0.0
+    return out.reshape(t.shape)
+
+
+def _as_pair(part: Part) -> tuple:
+    """(reference pair, its names of the part's inputs `wrt`, its arguments) for the first pair whose forward gives
+    the part's output on its inputs; else ("", each parameter's own name or "x", {"x": the first input})."""
+    xs = [part.args[i].detach().cpu().numpy() for i in part.wrt]
+    out = part.run().detach().cpu().numpy()
+    T = xs[0].shape[-2] if xs[0].ndim > 1 else 1
+    causal = np.tril(np.ones((T, T), bool))[None, None]
+    floats = [a for a in part.args if isinstance(a, float)] or [1e-5]
+    tries: list[tuple[str, str, dict]] = [("layer_norm", "x weight bias", dict(eps=eps)) for eps in floats]
+    tries += [("softmax", "x", {}), ("linear", "x weight bias", {}), ("linear", "x weight", dict(bias=None))]
+    tries += [("scaled_dot_product_attention", "q k v", dict(mask=m)) for m in (None, causal)]
+    forward: dict[str, Any] = dict(layer_norm=L.layer_norm_forward, softmax=L.softmax_forward)
+    forward |= dict(linear=L.linear_forward, scaled_dot_product_attention=A.scaled_dot_product_attention_forward)
+    for pair, names, extra in tries:
+        args = dict(zip(names.split(), xs, strict=False)) | extra
+        try:
+            if len(names.split()) == len(xs) and relative(forward[pair](**args)[0], out) <= MATCH:
+                return pair, names.split(), args
+        except (ValueError, TypeError):  # shapes no such pair takes
+            continue
+    return "", part.labels, {"x": xs[0]}
+
+
+def wrong_backward(check: Check, choice: Choice) -> Diagnosis | str | None:
+    """Where the output matches but a gradient does not: the innermost hand-written backward (an autograd.Function,
+    a custom op) whose gradients are not its own forward's derivative for the upstream gradient it got, its wrong
+    gradients put to the catalogue's backward tests (check.pair's), named at the submodule that runs it; said as
+    no pair where none names it; None where every hand-written backward is right (or the model has none)."""
+    module, parts = copy_of(check, choice.layout, np.float64), list[Part]()
+    try:
+        with hand_written(module, parts):
+            out, _ = run_user(check, choice.layout, choice.caller, np.float64, grad=True)
+            dout = np.random.default_rng(check.seed + 2).standard_normal(tuple(out.shape))
+            out.backward(torch.from_numpy(dout).to(out.device, out.dtype))
+        wrong = [p for p in parts if _wrong(p)]
+        inner = [p for p in wrong if not any(q.where != p.where and _under(q.where, p.where) for q in wrong)]
+        return _named(inner[0]) if inner else None
+    except Exception:  # a forward or backward that will not run again, or under the recorder: not judged here
+        return None
+    finally:
+        module.zero_grad(set_to_none=True)
+
+
+def _under(where: str, part: str) -> bool:
+    return not part or where.startswith(f"{part}.")
+
+
+def _named(part: Part) -> Diagnosis | str:
+    """The wrong part's gradients against its forward's (by central differences), put to the catalogue's backward
+    tests as the reference pair its forward equals (_as_pair); the first id found, else the no-pair text."""
+    pair, names, args = _as_pair(part)
+    worst, dout = (0.0, ""), part.grad.detach().cpu().numpy()
+    for i, name, got in zip(part.wrt, names, _gradients(part), strict=True):
+        expected, got = _expected(part, part.args[i]), got.cpu().numpy()
+        error = relative(got, expected)
+        for d in MK.diagnose_backward(pair, name, got, expected, args, dout) if error > 1e-6 else []:
+            return dataclasses.replace(d, where=part.where)
+        worst = max(worst, (error, name))
+    said = f"the hand-written backward of your {part.name}, its d{worst[1]} not the derivative of its own forward "
+    said += f"(relative error {worst[0]:.2e}; no catalogued backward mistake reproduces it)"
+    return f"differs at {part.where or '(the module)'}: {said}, which the reference has no pair for"
+
+
 def said_why(check: Check, choice: Choice, result: Result) -> None:
     """A failure no catalogued mistake names: the user's op the reference has no pair for (unsupported.py), else what
     diverges and where; never a failure with nothing said."""
     failed = not all(r.ok for r in result.rows) or result.first_divergence is not None
     if not failed or result.diagnoses:
         return
-    explained(result, US.explain(check.flow, result.first_divergence))
+    output = all(r.ok for r in result.rows if r.name.startswith("output"))  # a gradient alone: a wrong backward?
+    explained(result, output and wrong_backward(check, choice) or US.explain(check.flow, result.first_divergence))
     if not (result.unsupported or result.unexplained or result.diagnoses):
         worst = max((r for r in result.rows if not r.ok), key=lambda r: r.error, default=None)
         said = f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype})" if worst else "it diverges"
@@ -535,6 +694,21 @@ def fully_padded_source(check: Check, choice: Choice, result: Result) -> None:
         )
 
 
+TIED = "judged as reference layers holding the same weights, each of its gradients against the sum of theirs"
+
+
+def _run_again(links: list) -> list:
+    """[the module holding every user tensor the links tie across layers (their common path)], or [] where none is."""
+    tied = {b for _, b in MP.ties(links)}
+    paths = [u.split(".")[:-1] for u in dict.fromkeys(k.user for k in links if tied & set(k.parts))]
+    common = []
+    for parts in zip(*paths, strict=False):
+        if len(set(parts)) > 1:
+            break
+        common.append(parts[0])
+    return [".".join(common) or "(the module)"] if paths else []
+
+
 def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     """The Result under `choice`: its conventions (confirmed or assumed), the map, every tensor's rows in `dtypes`,
     what names a failure (divergence.diagnose, said_why) and the notes."""
@@ -559,6 +733,7 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     else:  # nothing reproduced the reference: the closest, said as such
         result.assumed, result.confirmed = conventions, False
     result.notes += check.notes
+    result.notes += [f"{part} runs again with the same weights: {TIED}" for part in _run_again(layout.links)]
     if entry.stands_for is not None:
         result.notes.append(
             "torch.nn.Transformer: judged as the reference's encoder and decoder stacks on "

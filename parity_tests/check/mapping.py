@@ -552,6 +552,49 @@ def _laid_out(link: Link, reference: dict, shape: tuple) -> np.ndarray:
     return np.ascontiguousarray(value).reshape(shape)
 
 
+def ties(links: list) -> list:
+    """((name, rows), (name, rows)) for each part of a user tensor linked again, paired with its first link's: a
+    module run at several depths, whose reference layers hold the same weights (units.Linker._stack). Parts of
+    other rows are no tie."""
+    first: dict = {}
+    pairs = [
+        pair
+        for link in links
+        if first.setdefault(link.user, link) is not link and len(link.parts) == len(first[link.user].parts)
+        for pair in zip(first[link.user].parts, link.parts, strict=True)
+    ]
+    return [(a, b) for a, b in pairs if a[1] == b[1]]
+
+
+def _at(tensor: np.ndarray, rows) -> np.ndarray:
+    return tensor if rows is None else rows_of(tensor)[rows[0] : rows[1]]
+
+
+def tied(links: list, reference: dict) -> dict:
+    """The reference's tensors with each tied part (ties) a copy of the part it is tied to."""
+    out = dict(reference)
+    for (a, rows_a), (b, rows_b) in ties(links):
+        out[b] = out[b].copy()
+        _at(out[b], rows_b)[...] = _at(out[a], rows_a)
+    return out
+
+
+def summed_over_ties(links: list, grads: dict) -> dict:
+    """The reference's gradients ("d name") with each part and the parts tied to it (ties) replaced by their sum:
+    the gradient of the one user tensor that stands for them all."""
+    out: dict = dict(grads)
+    groups: dict = {}
+    for a, b in ties(links):
+        groups.setdefault(a, [a]).append(b)
+    for parts in groups.values():
+        if all(f"d {n}" in out for n, _ in parts):
+            total = sum(_at(out[f"d {n}"], rows) for n, rows in parts)
+            for n, rows in parts:
+                out[f"d {n}"] = out[f"d {n}"].copy()
+                _at(out[f"d {n}"], rows)[...] = total
+    return out
+
+
 def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
     """Copy the reference's tensors into the user's parameters and buffers, as the links say."""
     tensors = dict(module.named_parameters(remove_duplicate=False)) | dict(module.named_buffers())

@@ -144,7 +144,7 @@ def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: in
     entry, notes, is_module = LV.LEVELS[level], [], isinstance(user, nn.Module)
     model = inferred(user, level, found, given, mapped, notes)
     shapes = R.shapes(entry, model.cfg)
-    params = LV.init_reference(shapes, np.random.default_rng(seed), model.zero)
+    params = MP.tied(model.links, LV.init_reference(shapes, np.random.default_rng(seed), model.zero))
     if mapped is not None and is_module:  # a given map: every name it holds exists, every size agrees
         tensors = dict(user.named_parameters(remove_duplicate=False)) | dict(user.named_buffers())
         WM.refuse_unknown(model.links, model.zero, params, tensors, level)
@@ -317,18 +317,26 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
         ids = PR.model_ids(entry.inputs, found.tables, sizes.B)
         called = {k: conventions[k] for k in ("call", "example")}  # as the caller's call or example calls it
         flow, raised = read_flow(user, level, lambda caller: ids, 16, **called)
-        if flow is not None and sizes.B > 1 and _repeated(flow):  # B runs of one module: once per sequence?
+        if flow is not None and sizes.B > 1 and flow.repeated:  # B runs of one module: once per sequence?
             one = PR.model_ids(entry.inputs, found.tables, 1)
             alone = read_flow(user, level, lambda caller: one, 16, **called)[0]
             flow = alone if alone is not None and len(alone.attentions) < len(flow.attentions) else flow
     recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
-    if flow is None and recorded:
-        sized = U.sized_config(level, found, given)
+    widths: list[dict] = [{}] + [{"d_model": w} for w in dict.fromkeys(p.out_features for p in found.pieces)]
+    seen: set = set()  # the widths tried: the parameters' own first (bare (out, in) weights are read (in, out))
+    for width in widths if flow is None and recorded else []:  # the width the forward runs at: the input's last axis
+        sized = U.sized_config(level, found, given | width)
+        if sized.d_model in seen:
+            continue
+        seen.add(sized.d_model)
 
-        def probe(caller):  # self-attention callers: one sequence
+        def probe(caller, sized=sized):  # self-attention callers: one sequence
             return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal, sizes)
 
-        flow, raised = read_flow(user, level, probe, **conventions)
+        flow, tried = read_flow(user, level, probe, **conventions)
+        raised = raised if len(seen) > 1 else tried  # what the parameters' own width raised is said
+        if flow is not None or stated(given).get("d_model"):
+            break
     if found.lacking is not None:  # raised with the recorded forward: an earlier op may be what it lacks first
         found.lacking.flow = flow
         raise found.lacking
@@ -359,13 +367,6 @@ def hides_id(user, level: str, tables: list, pad: int) -> bool:
     flow = read_flow(user, level, lambda caller: dataclasses.replace(p, ids=ids), 16, call=None)[0]
     seen = [] if flow is None else [s for n in flow.nodes if (s := flow.keys_seen(n)) is not None]
     return flow is None or any(not bool(s.any(0).all()) for s in seen)
-
-
-def _repeated(flow: DF.Flow) -> bool:
-    """Whether an attention's queries come from a projection an earlier attention's came from: the same weights run
-    again (ALBERT's sharing, the same count on any batch; or a call= running the model once per sequence, a count B
-    times that on one sequence, where `recording` reads the one-sequence run)."""
-    return any(a.q and set(a.q) <= {q for b in flow.attentions[:i] for q in b.q} for i, a in enumerate(flow.attentions))
 
 
 def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions) -> tuple:

@@ -52,6 +52,7 @@ class Units:
     shared_norm: bool = False  # the parallel block's one norm (Phi-2's), read by both
     sandwich: bool = False  # Gemma's norms after each sublayer too (OLMo 2's: only after, input_norm False)
     input_norm: bool = True
+    again: bool = False  # modules run again with the same weights: one reference layer per call (_by_call)
     mlm: tuple | None = None  # an encoder's masked-LM head: (its dense piece, its norm)
 
     @property
@@ -82,7 +83,22 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
         return cfg, *mapped, fixed
     linker = Linker(entry, cfg, units, found)
     _link(linker)
+    _refuse_unlinked(entry, found, linker.links)
     return cfg, linker.links, linker.zero, fixed
+
+
+def _refuse_unlinked(entry, found, links: list) -> None:
+    """NoPair at a projection run before the first attention that no link holds (ALBERT's embeddings projected to the
+    layers' width): the reference has no place for its weights, and nothing it judges runs before it. (One after
+    is left to the comparison: a mistake upstream of it is named first.)"""
+    held, flow = {link.user for link in links}, found.flow
+    order = flow.order if flow is not None else {}
+    start = min((order[w] for a in flow.attentions for w in a.q if w in order), default=0) if flow else 0
+    piece = next((p for p in found.pieces if order.get(p.weight, start) < start and p.weight not in held), None)
+    if piece is not None:
+        what = f"{piece.weight} projects {piece.in_features} -> {piece.out_features} features in no attention or "
+        what += "feed-forward block (a linear no unit of the reference holds)"
+        raise NoPair(piece.weight.rpartition(".")[0] or "(the module)", what, entry.name)
 
 
 def _sized(entry, found, given: dict, default: dict) -> tuple:
@@ -149,6 +165,7 @@ def _units(entry, found, units: Units) -> None:
         units.blocks = _mixtures(flow, by, blocks)
         units.parallel = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel
         _refuse_unpaired(entry, flow, units.parallel)
+        _by_call(flow, units)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
     units.gated = bool(units.blocks) and all(len(b) == 3 for b in experts(units.blocks))
     shared = [b.shared for b in units.blocks if isinstance(b, Mixture) and len(b.shared) == 3]  # DeepSeek's too
@@ -168,6 +185,20 @@ def _units(entry, found, units: Units) -> None:
         _model_norms(entry, flow, units)
 
 
+def _by_call(flow, units: Units) -> None:
+    """Modules run again with the same weights (flow.repeated: a looped or ALBERT-style stack) read as one reference
+    layer per call: each feed-forward block and norm taken once per call, in the order the calls ran (the flow's
+    attentions are one per call already); the reference's layers then hold the same weights (mapping.ties)."""
+    units.again = flow.repeated
+    if not units.again:
+        return
+    last = lambda b: b.router if isinstance(b, Mixture) else b[-1]  # noqa: E731
+    blocks = [(n.index, b) for b in units.blocks for n in flow._products(last(b).weight)]
+    norms = [(n.index, norm) for norm in units.norms for n in flow.uses(norm.weight)]
+    units.blocks = [b for _, b in sorted(blocks, key=lambda x: x[0])]
+    units.norms = [n for _, n in sorted(norms, key=lambda x: x[0])]
+
+
 def _model_norms(entry, flow, units: Units) -> None:
     """A model's norms: the first encoder layer's attention norm left out where that attention reads the stream
     itself (ModernBERT's: first_attn_norm False); norms beyond the layers' the embeddings' (those that read only
@@ -177,7 +208,7 @@ def _model_norms(entry, flow, units: Units) -> None:
         units.layer_norms -= flow.stream_read
     if len(units.norms) > units.layer_norms:
         stacks = len(entry.stacks)
-        first = [n for n in units.norms if not flow.computed_from_projections(n.weight)]
+        first = list(dict.fromkeys(n.weight for n in units.norms if not flow.computed_from_projections(n.weight)))
         own = stacks * (2 - units.shared_norm) if units.parallel else stacks if flow.norm_first else 0  # layer 0's
         own -= not units.first_attn_norm
         units.embedding_norm = len(first) - own == stacks
@@ -213,7 +244,7 @@ class Mixture:
     each row takes, whether their k gates are renormalised to sum to 1, GPT-OSS's clamped experts or not, an expert's
     hidden width and DeepSeek's shared experts (a block run on every row, its output added unweighed)."""
 
-    router: object
+    router: Piece
     k: int
     renorm: bool
     clamped: float | None  # GPT-OSS's swiglu_limit, else None
@@ -359,8 +390,8 @@ def _rotary(flow, n_layers: int, Dh: int) -> dict:
 
 
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
-    """NoPair for what the flow shows the reference has no pair for: a top-k no router's, the scores clamped, an
-    attention run again with the same weights, a parallel block not read as one (`parallel`)."""
+    """NoPair for what the flow shows the reference has no pair for: a top-k no router's, the scores clamped, a
+    parallel block not read as one (`parallel`)."""
     routers = [node for node, *_ in flow.routers.values()]
     limits = {n for *_, fields, _, groups in flow.routers.values() if "router_groups" in fields for n in groups}
     for node in flow.nodes:  # a top-k read with nothing beside its input, no router's
@@ -381,10 +412,6 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
     clipped = clamped_scores(flow)  # a clip the probes' small scores may never reach: said from the op
     if clipped:
         raise NoPair(*clipped, entry.name)
-    shared = [a.module for i, a in enumerate(flow.attentions) if a.q in [b.q for b in flow.attentions[:i]]]
-    if shared:
-        what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
-        raise NoPair(shared[0], what, entry.name, part=shared[0].rpartition(".")[0])
     spliced = next(filter(None, (_unsummed(flow, b) for b in flow.blocks)), None)
     if spliced is not None and entry.group != "component":
         raise NoPair(spliced[0], spliced[1], entry.name)
@@ -667,6 +694,7 @@ class Linker:
         self.entry, self.cfg, self.units, self.found = entry, cfg, units, found
         self.links: list = []
         self.zero: list = []
+        self.since = 0  # the index in `links` where the layer being linked begins
         learned = [t for t in units.position_tables if t.trainable]
         self.left = {
             "attention": iter(units.attentions), "norm": iter(units.norms), "feed-forward block": iter(units.blocks),
@@ -703,9 +731,11 @@ class Linker:
             self.zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in self.zero]
 
     def _stack(self, link: Link) -> None:
-        """`link`, or its parts stacked after those of the link its user tensor already has (a projection one unit
-        links rows of and another the rows after them: PaLM's q, k, v and feed-forward in one)."""
-        held = next((k for k in self.links if k.user == link.user), None)
+        """`link`, or its parts stacked after those of the link its user tensor already has in this layer (a
+        projection one unit links rows of and another the rows after them: PaLM's q, k, v and feed-forward in one);
+        where modules run again (Units.again), a tensor an earlier layer links too is that layer's module run
+        again: a link of its own (mapping.ties)."""
+        held = next((k for k in self.links[self.since :] if k.user == link.user), None)
         if held is None:
             self.links.append(link)
         else:
@@ -819,6 +849,7 @@ class Linker:
 
     def layer(self, prefix: str, decoder: bool) -> None:
         """A layer's attentions (a decoder's two), feed-forward block and norms, in the order they run."""
+        self.since = len(self.links) if self.units.again else 0
         for name in ["self_attn"] + ["cross_attn"] * decoder:
             self.attention(self.take("attention", f"{prefix}{name}"), f"{prefix}{name}.")
         self.ffn(self.take("feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")

@@ -28,13 +28,12 @@ def differs(where: str, what: str) -> str:
 
 class NoPair(ValueError):
     """Raised where reading the module meets math the reference does not have: `where` (the user's submodule) and
-    `what` it computes (`place`); check.module answers it (`answer`) as Result.unsupported, unless a mistake is named
-    in `part` (a layer run again with the same weights) judged on its own (judge.shared_layer)."""
+    `what` it computes (`place`); check.module answers it (`answer`) as Result.unsupported."""
 
-    def __init__(self, where: str, what: str, level: str = "", part: str = ""):
+    def __init__(self, where: str, what: str, level: str = ""):
         said = f"the reference {level!r}" if level else "the reference"
         super().__init__(f"{where} computes {what}: {said} has none, so this is math it does not have")
-        self.answer, self.part, self.place = differs(where, what), part, (where, what)
+        self.answer, self.place = differs(where, what), (where, what)
         self.flow: DF.Flow | None = None  # the recorded forward, where it was read before this was raised
 
 
@@ -731,6 +730,32 @@ def _picked_run(rec, topk) -> str:
     return f", and only those run through {min(runs, key=len)}, the others skipping it" if runs else ""
 
 
+def _row_added(rec) -> tuple | None:
+    """A table's row read by one number (a 0-d index or one id everywhere, no ids of the sequence) added to the
+    stream after a layer ran on it (a universal transformer's step embedding, a vector per pass): the reference
+    adds rows (BERT's token type) to the embeddings alone. Said at the table's module, where it is first read."""
+    for lookup in (n for n in rec.nodes if n.op == "embedding" and isinstance(n.value, np.ndarray) and n.parents):
+        ids = lookup.value
+        ahead = list(DF.walk(lookup.children, lambda n: n.children if n.op in DF.VIEWS else []))
+        later = [p for n in ahead if n.op in DF.ADDS for p in n.parents if p not in ahead and DF.back(p)[0]]
+        if ids.size and (ids == ids.flat[0]).all() and later:
+            table = DF.weight_of(lookup.parents[-1]) or "a table"
+            what = f"{table}[{ids.flat[0]}] is added to the stream after {later[0].module or 'a layer'} ran"
+            return lookup.module, f"{what} (a row per pass: a step embedding)"
+    return None
+
+
+def _running_sum(rec) -> tuple | None:
+    """torch.cumsum or cumprod of what a projection made (through element-wise ops): a running sum or product over
+    an axis (a state-space scan's decays accumulated along the positions, its recurrence in closed form); the
+    reference accumulates nothing. A cumsum of the scores (stick-breaking's) or of a mask (positions) is none."""
+    for node in (n for n in rec.nodes if n.op in ("cumsum", "cumprod") and n.parents):
+        made = DF.back(node.parents[0])[0]
+        if made:
+            return node.module, f"{node.op} accumulates what {made[0]} makes along an axis (a running scan)"
+    return None
+
+
 AS = {"view_as", "reshape_as", "expand_as"}  # views shaped as another tensor
 
 
@@ -768,7 +793,8 @@ def _batch_norm(rec) -> tuple | None:
 def _read_ids(node) -> bool:
     """A table lookup whose ids vary along the sequence and are no positions (0 .. T - 1 from some start on every
     row): ids the module was given, not made."""
-    ids = node.value if node.op == "embedding" and isinstance(node.value, np.ndarray) and node.value.size else None
+    read = node.op == "embedding" and isinstance(node.value, np.ndarray) and node.value.size
+    ids = np.atleast_1d(node.value) if read else None  # a 0-d index: one id
     steps = None if ids is None else np.diff(ids.reshape(-1, ids.shape[-1]), axis=-1)
     return steps is not None and steps.size > 0 and not (steps == 1).all() and not (steps == 0).all()
 
@@ -1322,6 +1348,7 @@ FINDS = (
     _joined, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
-    _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice,
-    _learned_scale, _pooled, _picked, _feature_head, _uncalled, _prepended, _shifted_copies, _recurrence,
+    _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
+    _running_sum, _learned_scale, _pooled, _picked, _feature_head, _uncalled, _prepended, _shifted_copies,
+    _recurrence,
 )  # fmt: skip

@@ -78,7 +78,9 @@ def _reference_name(link: Link) -> str:
 def table(links: list, model, layout: str) -> dict:
     """The map as the result gives it: user name -> MapEntry; the reference biases `model` (session.Model) holds at
     zero, and its fixed tables (matched like weights, and said so: in `layout`)."""
-    out = {link.user: MapEntry(_reference_name(link), note(link), link) for link in links}
+    out: dict = {}
+    for link in links:  # a tensor linked again (a module run at several depths): its first link
+        out.setdefault(link.user, MapEntry(_reference_name(link), note(link), link))
     for name in model.zero:
         out[f"(no parameter: {name})"] = MapEntry(name, HELD_SINK if name.endswith("sinks") else HELD, kind="zero")
     fixed = MapEntry(f"(the fixed sinusoid table, {layout})", FIXED, kind="fixed")

@@ -55,6 +55,17 @@ First met: 5 of 19 right. Wrong:
   mat2 shapes cannot be multiplied (18x64 and 32x64)); pass call= ... or mapping=": the width read as 64 from the
   bare Parameters, and the hint does not settle it (d_model=32 does).
 
+Fixed since: all 21 right. Where the output matches but a gradient does not, check.module reruns the user's
+module in float64 noting every autograd.Function applied and every custom op (not aten's) called, with the submodule
+whose forward runs it and the upstream gradient its output gets; the innermost part whose backward disagrees with
+central differences of its own forward is the culprit, its gradients (against its forward's, entry by entry) put to
+check.pair's backward tests as the reference pair its forward equals (layer norm, softmax, linear, attention), the
+id named at that submodule; an uncatalogued one (the GELU without its density term) is said there as a hand-written
+backward that is not its forward's derivative, in the no-pair answer (the reference has a right GELU backward; what
+it lacks is a name for this wrong one). A custom op is read by its own qualified name (fresh37::layer_norm), not as
+aten's layer_norm; where the recording at the parameters' first width raises and no d_model is given, it is
+recorded at each other width they hold, the one the forward runs at read as d_model.
+
 Added after first met: fn_mlp.d_model_given (passes) and fn_mlp.d_model_given.gelu_sign_flipped (unexplained, dx
 diverges: no id), to judge the MLP's backward alone with its width given.
 

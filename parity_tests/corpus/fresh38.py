@@ -69,6 +69,10 @@ each computed from the one before by ops that read no weight, are said as a recu
 h_t = a_t * h_(t-1) + b_t", with the sigmoid, softplus and exp its gates are made by) where they are joined.
 zamba_hand (weight sharing) is left to its own fix.
 
+Fixed since (zamba_hand): the shared block is read as reference layers holding the same weights (no refusal while
+the config is read), and a cumsum of what a projection makes (a scan's decays accumulated) is said where it runs:
+mamba_layers.0.mixer, the first op in data flow the reference lacks.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 

@@ -86,6 +86,11 @@ with the block the picked tokens run through; an output projected from the state
 reference's is said at that projection (LLaDA's head), the layers before it judged alone first, the encoder layer
 now read with its rotary positions (the second layer's silu on the up half named).
 
+Fixed since (looped_lm, looped_lm.step_embedding): a module run again with the same weights is read as reference
+layers holding the same weights, one per call (each shared tensor's gradient against the sum of the layers'), so the
+looped block passes; a table's row read by one number and added to the stream after a layer is said at `step_emb`
+(no lookup of a 0-d index raises any more).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
