@@ -191,7 +191,8 @@ def _normalises(flow, weight: str) -> bool:
     uses = [n for n in flow.nodes if weight in {DF.root(p).param for p in n.parents}]
     uses += [c for n in uses if n.op in DF.ADDS and n.value is not None for c in n.children]
     torch_own = {"layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm"}
-    return not uses or any(n.op in torch_own or _scales_normed(n) for n in uses)
+    weighs = any(n.op in DF.MULS | DF.PRODUCTS for n in uses)  # a custom op reading it (a norm's own kernel): kept
+    return not weighs or any(n.op in torch_own or _scales_normed(n) for n in uses)
 
 
 def _eps_added(flow, weight: str) -> float | None:
