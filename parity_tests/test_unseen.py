@@ -942,3 +942,19 @@ def test_a_clip_on_the_scores_is_said_with_its_bounds_and_a_guard_is_not(clip, s
         assert result.passed, str(result)
     else:
         assert not result.passed and result.unsupported.startswith("differs at blocks.0.attn: " + said), str(result)
+
+
+def test_a_wrong_backward_too_large_to_take_entry_by_entry_is_still_named_or_said(monkeypatch):
+    """The right gradients of a hand-written part come from the reference pair its forward equals (exact, at any
+    size: the LayerNorm's missing mean term still named); a part the reference has no pair for and more entries than
+    FD_ENTRIES is said from the random direction the check tried, never taken entry by entry."""
+    monkeypatch.setattr(judge, "FD_ENTRIES", 4)
+    monkeypatch.setattr(judge, "_expected", lambda *a: pytest.fail("central differences entry by entry"))
+    torch.manual_seed(0)
+    found = check.module(fresh37.layer_norm_alone("no_mean"), "layer_norm")
+    assert [(d.id, d.where) for d in found.diagnoses] == [("layer_norm.missing_mean_term", "")], found
+    torch.manual_seed(0)
+    found = check.module(fresh37.mlp_alone(gelu="no_density"), "feed_forward", d_model=fresh37.D)
+    assert not found.passed and not found.diagnoses, found
+    assert found.unsupported.startswith("differs at gelu: the hand-written backward of your GELUFn"), found
+    assert "along a random direction" in found.unsupported, found
