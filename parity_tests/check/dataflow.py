@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -433,21 +432,38 @@ def _forward(start: Node) -> list:
     return [n for n in walk(start.children, lambda n: [] if n.op in stops else n.children) if n.op in stops]
 
 
-EQUATION = r"\s*(\w+)\s*,\s*(\w+)\s*->\s*(\w+)\s*"  # a two-operand einsum's
+def terms(equation) -> tuple[list[str], str] | None:
+    """An einsum equation's operand terms and its result term (implicit: "..." if any operand has it, then the
+    letters met once, in alphabetical order); None for no equation (operands given with axis lists)."""
+    inputs, arrow, result = equation.replace(" ", "").partition("->") if isinstance(equation, str) else ("", "", "")
+    operands = inputs.split(",")
+    if not inputs or not all(t.replace("...", "").isalpha() or t == "..." for t in operands):
+        return None
+    implicit = "..." * ("..." in inputs) + "".join(sorted(c for c in inputs if c.isalpha() and inputs.count(c) == 1))
+    return operands, result if arrow else implicit
+
+
+def _two(equation) -> tuple[str, str, str] | None:
+    """A two-operand einsum's three terms (first, second, result), each of letters alone; None for any other."""
+    found = terms(equation)
+    if found is None or len(found[0]) != 2:
+        return None
+    (first, second), result = found
+    return (first, second, result) if all(t.isalpha() for t in (first, second, result)) else None
 
 
 def _keys_axis(softmax: Node, fed: Node | None) -> int | None:
     """The scores' axis holding the keys where an einsum says it: the axis the softmax normalises, if the einsum the
     probabilities feed sums it away (labml's "ijbh,jbhd->ibhd", softmax over j), else None."""
     dim = softmax.value
-    match = re.fullmatch(EQUATION, fed.extra) if fed is not None and isinstance(dim, int) else None
+    match = _two(fed.extra) if fed is not None and fed.op == "einsum" and isinstance(dim, int) else None
     if fed is None or match is None or not isinstance(dim, int):
         return None
     held = [i for i, p in enumerate(fed.parents[:2]) if softmax in walk([p], _behind)]
-    letters = match.group(held[0] + 1) if len(held) == 1 else ""
+    letters = match[held[0]] if len(held) == 1 else ""
     if len(letters) != len(softmax.shape) or not -len(letters) <= dim < len(letters):
         return None
-    return dim % len(letters) if letters[dim] not in match.group(3) else None
+    return dim % len(letters) if letters[dim] not in match[2] else None
 
 
 def _query_first(product: Node, keys: int | None = None) -> list:
@@ -458,10 +474,10 @@ def _query_first(product: Node, keys: int | None = None) -> list:
     operands = [p for p in product.parents if p.param is None]
     operands = operands[int(product.op in ("baddbmm", "addmm") and len(operands) > 2) :]  # a zeros made unrecorded
     a, b = operands[:2] if len(operands) >= 2 else (None, None)
-    match = re.fullmatch(EQUATION, product.extra or "")
-    if not match or len(match.group(3)) < 2:
+    match = _two(product.extra) if product.op == "einsum" else None
+    if not match or len(match[2]) < 2:
         return [a, b]
-    first, second, out = match.groups()
+    first, second, out = match
     if keys is not None and keys < len(out):
         return [b, a] if out[keys] in first and out[keys] not in second else [a, b]
     if (out[-1] in first) != (out[-1] in second):

@@ -276,10 +276,8 @@ def _summed_axis(node, i: int) -> int | None:
     right = {"matmul": 1, "__matmul__": 1, "mm": 1, "bmm": 1, "__rmatmul__": 0, "addmm": 2, "baddbmm": 2}.get(node.op)
     if right is not None:
         return -2 if i == right else -1
-    inputs, arrow, result = node.extra.replace(" ", "").partition("->") if node.op == "einsum" else ("", "", "")
-    terms = inputs.split(",") if inputs else []
-    term = terms[i] if i < len(terms) and "." not in terms[i] else ""
-    result = result if arrow else "".join(c for c in inputs if c.isalpha() and inputs.count(c) == 1)
+    found = DF.terms(node.extra) if node.op == "einsum" else None
+    term, result = (found[0][i], found[1]) if found is not None and i < len(found[0]) else ("", "")
     summed = [k for k, c in enumerate(term) if c not in result]
     return summed[0] if len(summed) == 1 else None
 
@@ -372,13 +370,10 @@ def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
         if seen.shape != shape or seen.op in ("t", "transpose", "permute"):
             return None
         seen = seen.parents[0]
-    equation = node.extra.replace(" ", "") if node.op == "einsum" else _as_einsum(node, i, flow.roles.get(weight))
-    inputs, arrow, result = equation.partition("->")
-    if not inputs:  # einsum(x, [0, 1], w, [1, 2]): operands without an equation; W @ x
+    found = DF.terms(node.extra if node.op == "einsum" else _as_einsum(node, i, flow.roles.get(weight)))
+    if found is None:  # einsum(x, [0, 1], w, [1, 2]): operands without an equation; W @ x
         return None
-    if not arrow:  # implicit: the letters met once, in alphabetical order
-        result = "".join(sorted(c for c in inputs if c.isalpha() and inputs.count(c) == 1))
-    terms = inputs.split(",")
+    terms, result = found
     axes = terms[i]
     kept, summed = [c for c in axes if c in result], [c for c in axes if c not in result]
     other = next((t for j, t in enumerate(terms) if j != i and set(summed) <= set(t)), "")

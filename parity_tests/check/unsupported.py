@@ -685,9 +685,9 @@ def _across(rec, node) -> tuple | None:
     param = DF.root(w).param
     if param is None or DF.root(x).param is not None or len(x.shape) < 3:
         return None
-    match = re.fullmatch(DF.EQUATION, node.extra) if node.op == "einsum" else None
+    match = DF._two(node.extra) if node.op == "einsum" else None
     if match is not None:
-        mine, theirs, out = match.groups() if node.parents[0] is w else (match[2], match[1], match[3])
+        mine, theirs, out = match if node.parents[0] is w else (match[1], match[0], match[2])
         axis = next((theirs.index(c) for c in mine if c in theirs), None)
         if axis is None or theirs[-1] in mine or len(mine) > 2:
             return None
