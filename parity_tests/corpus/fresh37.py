@@ -107,6 +107,7 @@ class LinearFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, how=""):
+        """y = x W^T + b; saves x and W."""
         ctx.save_for_backward(x, weight)
         ctx.how, ctx.has_bias = how, bias is not None
         y = x @ weight.t()
@@ -114,6 +115,7 @@ class LinearFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """dx = g W, dW = g^T x (rows summed), db = the rows of g summed, or the mistake `how` names."""
         x, weight = ctx.saved_tensors
         g, xs = _rows(grad), _rows(x)
         dx = grad @ weight
@@ -128,12 +130,14 @@ class EmbeddingFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, ids, weight):
+        """The rows of the table at the ids; saves the ids."""
         ctx.save_for_backward(ids)
         ctx.rows = weight.shape[0]
         return weight[ids]
 
     @staticmethod
     def backward(ctx, grad):
+        """dW: each position's gradient added into its id's row."""
         (ids,) = ctx.saved_tensors
         dw = grad.new_zeros(ctx.rows, grad.shape[-1]).index_add_(0, ids.reshape(-1), _rows(grad))
         return None, dw
@@ -145,6 +149,7 @@ class LayerNormFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps, how=""):
+        """The normalised x times w plus b; saves x_hat and 1 / sqrt(var + eps)."""
         mu = x.mean(-1, keepdim=True)
         xc = x - mu
         rstd = torch.rsqrt((xc * xc).mean(-1, keepdim=True) + eps)
@@ -155,6 +160,8 @@ class LayerNormFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """dx = rstd (g w - mean(g w) - x_hat mean(g w x_hat)), dw and db summed over the rows, or without the
+        term `how` drops."""
         xhat, rstd, weight = ctx.saved_tensors
         g = grad * weight
         dx = g
@@ -171,6 +178,7 @@ class RMSNormFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, eps, how=""):
+        """x / sqrt(mean(x^2) + eps) times w, or the eps placed as `how` says."""
         ms = (x * x).mean(-1, keepdim=True)
         r = 1 / (ms.sqrt() + eps) if how == "eps_outside" else torch.rsqrt(ms + eps)
         ctx.save_for_backward(x, weight, r, ms)
@@ -179,6 +187,7 @@ class RMSNormFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """dx and dw of the RMS norm the forward computed."""
         x, weight, r, ms = ctx.saved_tensors
         g = grad * weight
         dr = r * r / ms.sqrt() if ctx.how == "eps_outside" else r**3  # -(d r / d ms) * 2
@@ -191,6 +200,7 @@ class SoftmaxFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, s, how=""):
+        """exp(s - max) / its sum along the last axis; saves p."""
         p = torch.exp(s - s.amax(-1, keepdim=True))
         p = p / p.sum(-1, keepdim=True)
         ctx.save_for_backward(p)
@@ -199,6 +209,7 @@ class SoftmaxFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """ds = p (g - sum(g p)), or without the row term as `how` says."""
         (p,) = ctx.saved_tensors
         if ctx.how == "no_row_term":
             return p * grad, None
@@ -210,6 +221,7 @@ class CausalAttentionFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, how=""):
+        """softmax(q k^T / sqrt(dh) + causal mask) v; saves q, k, v and the probabilities."""
         scale = 1 / math.sqrt(q.shape[-1])
         T = q.shape[-2]
         future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
@@ -221,6 +233,7 @@ class CausalAttentionFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """dq, dk, dv through the softmax, with the 1 / sqrt(dh) scale, or the mistake `how` names."""
         q, k, v, p = ctx.saved_tensors
         dv = p.transpose(-2, -1) @ grad
         dp = grad @ v.transpose(-2, -1)
@@ -234,12 +247,14 @@ class GELUFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, how=""):
+        """x Phi(x); saves x."""
         ctx.save_for_backward(x)
         ctx.how = how
         return x * 0.5 * (1 + torch.erf(x / math.sqrt(2)))
 
     @staticmethod
     def backward(ctx, grad):
+        """g (Phi(x) + x phi(x)), or the mistake `how` names."""
         (x,) = ctx.saved_tensors
         cdf = 0.5 * (1 + torch.erf(x / math.sqrt(2)))
         pdf = torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
@@ -252,11 +267,13 @@ class SiLUFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
+        """x sigmoid(x); saves x."""
         ctx.save_for_backward(x)
         return x * torch.sigmoid(x)
 
     @staticmethod
     def backward(ctx, grad):
+        """g sigmoid(x) (1 + x (1 - sigmoid(x)))."""
         (x,) = ctx.saved_tensors
         s = torch.sigmoid(x)
         return grad * s * (1 + x * (1 - s))
@@ -268,6 +285,7 @@ class RecomputeFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, block, x, *params):
+        """block(x) without a graph; saves x and the parameters."""
         ctx.block = block
         ctx.save_for_backward(x, *params)
         with torch.no_grad():
@@ -275,6 +293,7 @@ class RecomputeFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """block run again with grad on, differentiated for x and the parameters."""
         x, *params = ctx.saved_tensors
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)
