@@ -61,10 +61,12 @@ First met: 21 of 25 right (every Qwen, NeoX and Phi case, and both correct T5 en
   the same answers with scale_embeddings=False given, so the config is not the cause. A twin made the HF way (block
   0's attention makes the bias in its forward and hands it on; f42_t5_encoder.bias_made_in_block_0) passes correct,
   and its mask mistake in block 2 gets the same "unexplained: block.0.attn" with the same numbers; given pad_id=None,
-  the softmax in block 1 is named attention.mask_inverted at block.0.attn. The class, as far as I can tell quickly:
-  the localisation of the first divergence (divergence.py, the parts compared one by one) finds T5's first attention,
-  the one holding the table, differing whatever the mistake is and wherever it sits, and stops there; the whole
-  model's output, where it matches, is read right (both correct twins pass).
+  the softmax in block 1 is named attention.mask_inverted at block.0.attn. The class, read in check/ (not changed: the
+  judge is frozen here): the reference's stages, which the localisation compares part by part, run each attention by
+  reference.unit_forward with the terms that variants.rope_knobs gives (RoPE, ALiBi, ...), and T5's relative bias is
+  not among them (its table sits at encoder.relative_bias, outside the layer's own weights): every T5 attention of the
+  reference's stages lacks the bias, so an early one (block 0's, or block 1's) differs from the user's whatever the
+  mistake is and wherever it sits. The whole model's output, where it matches, is read right (both correct twins pass).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
