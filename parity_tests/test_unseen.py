@@ -94,7 +94,7 @@ TODAY |= {  # fresh42: T5's first attention read as diverging whatever the mista
 }
 
 TODAY |= {  # fresh43: an example's 2D attention_mask kept at its own sizes; a prefix's bidirectional keys not named
-    "f43_hf_llama.left_padded_example": "could not judge: the example's (2, 7) attention_mask beside 3 rows of ids",
+    "f43_hf_llama.left_padded_example": "could not judge: the mask made at the example's 7 positions beside 3 ids",
     "f43_prefix_lm.prefix_3": "no id, no op: unexplained at layers.0.self_attn (positions 0, 1 differ)",
 }
 

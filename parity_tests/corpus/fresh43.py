@@ -48,8 +48,8 @@ First met: 17 of 19 right. Wrong:
 - f43_hf_llama.left_padded_example (expected a pass): "could not judge: the module's forward could not be recorded
   ... (its forward raised RuntimeError: The size of tensor a (3) must match the size of tensor b (7) ...); pass
   call= ...": the recording's small ids (probes.model_ids, 3 positions here) go through the example's template,
-  whose (2, 7) attention_mask is passed as it is (a tensor of the probe's batch is kept fixed, calling._extra), not
-  cut to the recording's length; a right-padded example fails the same way. The prefix LM's example reaches a
+  whose attention_mask slot is made at the example's length (calling.sizes: T = 7), not the ids' (a causal (3, 3)
+  beside a keep mask of 7 keys); a right-padded example fails the same way. The prefix LM's example reaches a
   verdict only through the example's own call (session.own_call).
 - f43_prefix_lm.prefix_3 (expected "no pair" at layers.0.self_attn naming the mask): a failure with neither an id nor
   an op: "unexplained: layers.0.self_attn ... diverges (positions 0, 1 differ, the others agree); not expressible
