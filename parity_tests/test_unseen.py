@@ -95,6 +95,7 @@ TODAY |= {  # fresh42: T5's first attention read as diverging whatever the mista
 
 TODAY |= {  # fresh44: conditioning inside transformers
     "f44_flamingo.media": "could not judge: ids put in the float media's place (Long and Float)",
+    "f44_mllama.states": "could not judge: ids put in the float states' place (Long and Float)",
     "f44_flamingo.cross_attn": "could not judge: forward(x, media) not called as (query, key = value)",
     "f44_flamingo.cross_attn.inner": "could not judge: kv=None read as without a default",
     "f44_flamingo.cross_attn.inner.softmax_over_queries": "could not judge: kv=None read as without a default",

@@ -36,8 +36,10 @@ Expected verdicts decided from the math before the judge ran:
   multi_head_attention are the reference's attention (key = value = media; the inner one with kv omitted a
   self-attention): a pass, and the softmax over the queries named at the inner attention.
 - The Mllama-style LM and the diffusion LM cannot be called on ids alone (cross_attention_states, sigma required);
-  "could not judge", naming the argument. The diffusion LM given (ids, sigma) by example=: the LayerNorm's output
-  scaled and shifted by numbers computed from sigma has no pair, at ``blocks.0`` naming adaLN_modulation.
+  "could not judge", naming the argument; the Mllama-style LM given its states by example= has no pair at its
+  cross-attention layer ``layers.1``, naming tanh (a layer of no self-attention, its branches gated). The
+  diffusion LM given (ids, sigma) by example=: the LayerNorm's output scaled and shifted by numbers computed from
+  sigma has no pair, at ``blocks.0`` naming adaLN_modulation.
 - FiLM given (ids, style) by example=: gamma x + beta from the style has no pair, at ``films.0`` naming its proj;
   its BERT layer alone at encoder_layer passes, and its unbiased variance is layer_norm.unbiased_variance at norm1
   (the norm whose weight and bias the hand-written code reads).
@@ -51,13 +53,14 @@ Checked by hand in float64: the hand-written attention equals SDPA (causal, and 
 layer's keys and values read from memory_kv equal its rows' Linear to 4e-16; media change Flamingo's logits (0.24),
 sigma the diffusion LM's (0.03), the style the FiLM encoder's output (5.3).
 
-First met: 9 of 18 right. Wrong:
+First met: 9 of 19 right. Wrong:
 
-- f44_flamingo.media and f44_film_encoder (example= given): "could not judge: the module's forward could not be
-  recorded on the inputs of ... (its forward raised RuntimeError: mat1 and mat2 must have the same dtype, but got
-  Long and Float); pass call= ... or mapping=": the level's ids put in the place of the float media or style
-  (check/calling.py's example callers), the example's own call not recorded; the diffusion LM, whose float input
-  comes after the ids, was read (its sigma case right).
+- f44_flamingo.media, f44_mllama.states and f44_film_encoder (example= given): "could not judge: the module's
+  forward could not be recorded on the inputs of ... (its forward raised RuntimeError: mat1 and mat2 must have
+  the same dtype, but got Long and Float); pass call= ... or mapping=": a Long tensor reached a Linear of the
+  media, states or style (the level's ids, it seems, put in a float input's place by check/calling.py's example
+  callers), the example's own call not recorded; the diffusion LM's example, whose float input is a (B,) vector,
+  was read (its sigma case right). Not traced further.
 - f44_flamingo.cross_attn: "could not judge: ... (the module's forward takes ['x', 'media'] positionally (without
   defaults), but the reference 'multi_head_attention' gives ['query', 'key', 'value']: pass call=...)": no caller
   of a two-input cross-attention (query, memory) with key = value; defensible as a could-not-judge, but call= would
@@ -68,7 +71,8 @@ First met: 9 of 18 right. Wrong:
 - f44_film_encoder.layer.unbiased_variance: no id, no op: "unexplained: (the module): d self_attn_norm.bias
   diverges (relative error 1.95e-02 in float64): the gradient of your norm1.bias; no catalogue variant reproduces
   it": the norm computed in the layer's own method from norm1's parameters (norm1's forward never runs), so the
-  catalogue's variants, tried at a norm module's output, are not reached.
+  catalogue's variants, tried at a norm module's output, are not reached (measured: the same norm written as an
+  nn.LayerNorm subclass's forward, put in as norm1, is named layer_norm.unbiased_variance at norm1).
 - f44_cached_cross_seq2seq and its two mistakes: FAILED, "unexplained: decoder.0.cross_attn.o_proj (reference
   decoder.layers.0.cross_attn) diverges with relative error 8.03e-01 ...": the map gives memory_kv to layer 0's
   cross-attention as fused q and v rows and the layer's own q_proj as its k_proj (check/'s mapping of fused
@@ -250,6 +254,11 @@ class MllamaStyleLM(nn.Module):
 def mllama() -> MllamaStyleLM:
     torch.manual_seed(0)
     return _jitter(MllamaStyleLM()).eval()  # type: ignore[return-value]
+
+
+def mllama_example() -> tuple:
+    torch.manual_seed(1)
+    return (torch.randint(0, V, (2, 6)), torch.randn(2, S_MEDIA, D)), {}
 
 
 # -- a masked-diffusion LM's DiT backbone: adaLN from a timestep embedding of the noise level ----------------------
@@ -541,6 +550,7 @@ CASES = [
     ),
     ("f44_flamingo.layer", lambda: flamingo().layers[1], "decoder_only_layer", {}, "pass"),
     ("f44_mllama", mllama, LM, {}, ("could not judge", None, "cross_attention_states")),
+    ("f44_mllama.states", mllama, LM, {"example": mllama_example()}, ("no pair", "layers.1", "tanh")),
     ("f44_diffusion_lm", diffusion_lm, "encoder_model", {}, ("could not judge", None, "sigma")),
     (
         "f44_diffusion_lm.sigma",
