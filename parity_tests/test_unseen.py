@@ -84,13 +84,6 @@ TODAY |= {  # fresh41
     "f41_longformer": "unexplained at layers.0.attn: the global token not named",
 }
 
-TODAY |= {  # fresh42: T5's first attention read as diverging whatever the mistake and wherever it sits
-    "f42_t5_encoder.padding_on_queries_last_block": "no id, no op: unexplained at block.0.attn",
-    "f42_t5_encoder.norm_eps_outside_root_first_block": "no id, no op: unexplained at block.1.attn",
-    "f42_t5_encoder.softmax_over_queries_middle_block": "no id, no op: unexplained at block.0.attn",
-    "f42_t5_encoder.bias_made_in_block_0.padding_on_queries_last_block": "no id, no op: unexplained at block.0.attn",
-}
-
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
 SLOW = {
     "inference_llama", "table_lm.softmax_wrong_axis", "table_lm.dropout_active_in_eval", "gemma_lm.activation_on_up",
