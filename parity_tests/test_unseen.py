@@ -87,13 +87,6 @@ TODAY |= {  # fresh41
     "f41_longformer": "unexplained at layers.0.attn: the global token not named",
 }
 
-TODAY |= {  # fresh42: T5's first attention read as diverging whatever the mistake and wherever it sits
-    "f42_t5_encoder.padding_on_queries_last_block": "no id, no op: unexplained at block.0.attn",
-    "f42_t5_encoder.norm_eps_outside_root_first_block": "no id, no op: unexplained at block.1.attn",
-    "f42_t5_encoder.softmax_over_queries_middle_block": "no id, no op: unexplained at block.0.attn",
-    "f42_t5_encoder.bias_made_in_block_0.padding_on_queries_last_block": "no id, no op: unexplained at block.0.attn",
-}
-
 TODAY |= {  # fresh43: an example's 2D attention_mask kept at its own sizes; a prefix's bidirectional keys not named
     "f43_hf_llama.left_padded_example": "could not judge: the mask made at the example's 7 positions beside 3 ids",
     "f43_prefix_lm.prefix_3": "no id, no op: unexplained at layers.0.self_attn (positions 0, 1 differ)",

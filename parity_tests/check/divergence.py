@@ -552,19 +552,19 @@ def _attention_variants(check, choice, attention: R.Stage, user_out, where: str,
     cfg, T = choice.cfg, query.shape[1]
     if not causal and cfg.layer_types and "sliding_attention" in cfg.layer_types and cfg.sliding_window:
         knobs["band"] = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :]) <= cfg.sliding_window // 2  # probes'
-    params = M.sub(check.params, attention.unit)
+    params = R.unit_params(check.params, attention.unit)
     found = match_attention(user_out, params, query, kv, choice.cfg.n_heads, keep, where, valid, **knobs)
     return found or _qk_norm_variants(check, choice, attention, user_out, where, valid, knobs)
 
 
-HEAD_KNOBS = ("n_kv", "theta", "rotary", "scaling", "qk_eps", "softcap", "divisor", "alibi", "order")
+HEAD_KNOBS = ("n_kv", "theta", "rotary", "scaling", "qk_eps", "softcap", "divisor", "alibi", "relative", "order")
 
 
 def _qk_norm_variants(check, choice, attention: R.Stage, user_out, where: str, valid, knobs: dict) -> list:
     """An attention's q or k RMSNorm (Qwen3's of each head: inside the reference's attention, no stage of its own):
     the rms_norm variants put in its place in the reference attention (in the layer's where `through` is given),
     named at the user's norm module (its eps the module's)."""
-    params, (query, kv, keep) = M.sub(check.params, attention.unit), attention.inputs
+    params, (query, kv, keep) = R.unit_params(check.params, attention.unit), attention.inputs
     heads, through = {k: knobs[k] for k in HEAD_KNOBS if k in knobs}, knobs.get("through")
     targets = hook_targets(check, choice.layout.links)
     for role in (r for r in "qk" if f"{r}_norm.weight" in params):

@@ -41,7 +41,7 @@ def _nan_rows(user: np.ndarray) -> np.ndarray | None:
 
 def match_attention(
     user_out, params, query, kv, H, keep, where, valid=None, n_kv=None, theta=None, qk_eps=1e-6, softcap=None,
-    rotary=None, scaling=None, order=None, divisor=None, alibi=None, **context,
+    rotary=None, scaling=None, order=None, divisor=None, alibi=None, relative=None, **context,
 ) -> list:  # fmt: skip
     """The attention variants that reproduce `user_out` (B, T_q, D) on the reference's inputs (`kv`: the key and
     value input, or a (key, value) pair; params None: q, k, v split into heads) at the valid positions; where several
@@ -65,7 +65,7 @@ def match_attention(
             by_rows = user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3)
             return variant, empty, match(*by_rows, None, empty, finite)
         key, value = kv if isinstance(kv, tuple) else (kv, kv)
-        options = dict(qk_eps=qk_eps, rotary=rotary, scaling=scaling, order=order, **knobs)
+        options = dict(qk_eps=qk_eps, rotary=rotary, scaling=scaling, order=order, relative=relative, **knobs)
         if through is None:
             variant = VR.multi_head_attention(params, query, key, value, H, k, transpose, n_kv, theta, **options)
         else:  # in the layer: the sublayer's query and key/value input, the variant's mask (`k`) for the layer's

@@ -292,6 +292,16 @@ def layer_of(unit: str) -> int:
     return int(m.group(1)) if (m := re.search(r"layers\.(\d+)(\.|$)", unit)) else 0
 
 
+def unit_params(params: dict, unit: str) -> dict:
+    """The weights of reference unit `unit` (a layer, or a layer's unit): its own, and where its stack holds T5's
+    table (relative_bias.weight, which the reference hands every layer of the stack), that table as its
+    self-attention's, where multi_head_attention reads it."""
+    stack, _, rest = unit.partition(".layers.")
+    table, inner = params.get(f"{stack}.relative_bias.weight"), rest.partition(".")[2]
+    share = {"": "self_attn.relative_bias.weight", "self_attn": "relative_bias.weight"}.get(inner)
+    return M.sub(params, unit) | ({share: table} if rest and share and table is not None else {})
+
+
 def unit_forward(kind: str, params: dict, cfg, name: str, layer: int = 0, causal: bool = False) -> Callable:
     """A layer's unit `name` of `kind` ("norm", "ffn" or "attention") with its weights `params`, in float64: a
     function of its inputs (an attention's: query, key and value input, mask) -> its output; an attention with the
@@ -325,7 +335,7 @@ def stages(entry, params: dict, p: Probe, cfg) -> list:
         memory = acts.get("encoder") if entry.cross and decoder else None
         for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
             name = f"{stack}.layers.{i}"
-            inner = layer_stages(M.sub(params, name), f"{name}.", x, memory, cfg, decoder, valid, p)
+            inner = layer_stages(unit_params(params, name), f"{name}.", x, memory, cfg, decoder, valid, p)
             found += inner[:-1] + [dataclasses.replace(inner[-1], output=acts[name])]
             x = acts[name]
         if entry.final_norms == "always" or cfg.has_final_norm:  # the stack's final norm, on its last layer's output

@@ -13,6 +13,7 @@ from numpy_transformer.attention import rope_angles
 from numpy_transformer.latent_attention import LATENT_NORM_EPS
 from numpy_transformer.layers import ACTIVATIONS, sinusoidal_table
 from numpy_transformer.model import cross_score_mod, score_mod
+from numpy_transformer.scores import relative_buckets
 
 
 def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.ndarray:
@@ -27,7 +28,7 @@ def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.n
 
 def attention_heads(
     q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False, softcap=None, cap_mode="scores",
-    sinks=None, sink_mode="denominator", alibi=None,
+    sinks=None, sink_mode="denominator", alibi=None, bias=None,
 ):  # fmt: skip
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh), keep
     broadcastable to (B, H, T_q, T_k) or None. The reference's knobs first: divisor None (sqrt(Dh)); mask_mode
@@ -38,9 +39,11 @@ def attention_heads(
     logit per head (H,) in each row's denominator or None, sink_mode "missing": left out of it; alibi: ALiBi's
     (slopes m_h (H,), causal) or None: -m_h |i - j| added to the scores before the cap; causal, m_h j (the key
     index, as BLOOM, MPT and Baichuan add it: on keys j <= i the same softmax over the keys, and the user's scores
-    where a mistake reads the keys after the query or softmaxes over the queries)."""
+    where a mistake reads the keys after the query or softmaxes over the queries); bias: T5's (H, T_q, T_k) or None,
+    added to the scores after the scale."""
     divisor = math.sqrt(q.shape[-1]) if divisor is None else divisor
     scores = (k @ q.swapaxes(-1, -2) if swap_qk else q @ k.swapaxes(-1, -2)) / divisor  # (B, H, T_q, T_k)
+    scores = scores if bias is None else scores + bias
     if alibi is not None:
         i, j = np.arange(scores.shape[-2])[:, None], np.arange(scores.shape[-1])
         scores = scores + np.asarray(alibi[0])[:, None, None] * (j if alibi[1] else -np.abs(i - j))
@@ -100,8 +103,8 @@ def rope_knobs(cfg, rotary: bool = True, layer: int = 0, causal: bool = False) -
     """multi_head_attention's knobs for a config: its K/V heads, and its RoPE base where layer `layer` rotates (its
     own: Gemma 3's local layers'; none on a NoPE layer, SmolLM3's); the whole model's terms on the scores
     (score_mod's, `rotary` its self-attention, `causal` a decoder's, else cross_score_mod's): the scale, ALiBi,
-    the soft cap. T5's table is not carried (the judge reads none: unsupported.py says it); windows come in the
-    masks (probes.keep_mask), sinks in the params (multi_head_attention)."""
+    the soft cap, T5's buckets (their table in the params: multi_head_attention); windows come in the masks
+    (probes.keep_mask), sinks in the params."""
     turns = rotary and cfg.positional == "rope" and cfg.layer_uses_rope(layer)
     mod = score_mod(cfg, causal, layer) if rotary else cross_score_mod(cfg)
     return {
@@ -114,6 +117,7 @@ def rope_knobs(cfg, rotary: bool = True, layer: int = 0, causal: bool = False) -
         "divisor": None if mod.scale is None else 1.0 / mod.scale,  # 1 / the scale (None: sqrt(Dh))
         # ALiBi's slopes and form, or None: the key index only uncapped (a row's constant does not pass through tanh)
         "alibi": mod.alibi_slopes and (mod.alibi_slopes, causal and mod.softcap is None),
+        "relative": mod.relative,  # T5's (n_buckets, max_distance, bidirectional), or None
     }
 
 
@@ -130,7 +134,12 @@ def multi_head_attention(
     mapping.pair_order), "interleaved" in `pairs` turns q or k in the user's halves: the pairing the map did not read.
     q_norm.weight and k_norm.weight RMS-normalise (eps `qk_eps`) each head's queries and keys first (Qwen3), or each
     projection's output where as wide (OLMo 2); `norms` (role "q" or "k" -> a function) puts another in one's place.
+    `relative` (rope_knobs') with params holding relative_bias.weight: T5's bias of those buckets on the scores.
     params holding kv_b_proj.weight: DeepSeek's latent attention (latent_heads)."""
+    relative, table = knobs.pop("relative", None), params.get("relative_bias.weight")
+    if relative and table is not None:  # the table (n_buckets, H) read at each query and key's bucket: (H, T_q, T_k)
+        buckets = relative_buckets(relative, np.arange(query.shape[1]), np.arange(key.shape[1]))
+        knobs["bias"] = np.moveaxis(table[buckets], -1, 0)
     if "kv_b_proj.weight" in params:
         q, k, v = latent_heads(params, query, key, H, theta, rotary, scaling)
         return linear(merge(attention_heads(q, k, v, keep, **knobs)), params, "out_proj")

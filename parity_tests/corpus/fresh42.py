@@ -68,6 +68,12 @@ First met: 21 of 25 right (every Qwen, NeoX and Phi case, and both correct T5 en
   reference's stages lacks the bias, so an early one (block 0's, or block 1's) differs from the user's whatever the
   mistake is and wherever it sits. The whole model's output, where it matches, is read right (both correct twins pass).
 
+Fixed since: 25 of 25. The reference's per-part stages now carry every term the whole model puts on the scores:
+variants.rope_knobs gives T5's buckets (score_mod's, bidirectional in an encoder, causal in a decoder) beside ALiBi
+and the soft cap, and reference.unit_params hands each layer's self-attention its stack's table (relative_bias.weight)
+in the stages and in the catalogue's variants, where multi_head_attention adds the bias after the scale. Block 0's
+attention now agrees, and each mistake is named where it sits (the four T5 cases above).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
