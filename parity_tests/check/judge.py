@@ -328,8 +328,8 @@ def module(
                 check = prepare(plain, level, check.given, mapped, found, seed, sizes=longer, **conventions)
                 result = verdict(check, choose(check), reference, dtypes)
                 result.notes.append(
-                    f"judged at {longer.T_K} positions: at the probe's {sizes.T_K} the outputs agree with the "
-                    "reference's, further on they differ"
+                    f"judged at {longer.T_K} positions: at the probe's {sizes.T_K}, under what was read there, the "
+                    "outputs agreed with the reference's, further on they differed"
                 )
             result.notes += wrapped + scripted + parametrized + adapted + graphed + computed + linear
             return result

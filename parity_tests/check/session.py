@@ -321,7 +321,7 @@ def recording(user, level: str, given: dict, seed: int, sizes=None, **convention
     if not isinstance(user, nn.Module):
         return MP.Structure()
     entry, found, flow, raised = LV.LEVELS[level], MP.structure(user), None, ""
-    length = PR.SIZES.T_K if sizes is None else sizes.T_K
+    length = None if sizes is None else sizes.T_K
     sizes = sizes or probe_sizes(user, level, **conventions)
     if entry.group == "model" and found.tables:
         ids = PR.model_ids(entry.inputs, found.tables, sizes.B, length)
