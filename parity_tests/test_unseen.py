@@ -83,7 +83,6 @@ TODAY |= {  # fresh41
     "f41_sliding_chunks.shows_next_second_layer": "could not judge: n_heads=2 (the chunk axis read as the heads)",
     "f41_local_blocks": "could not judge: n_heads=2 (the chunk axis read as the heads)",
     "f41_local_blocks.one_block": "could not judge: n_heads=1 (the block axis read as the heads)",
-    "f41_sink_window.wide": "pass: the probes' 6 positions never reach the 9th, where sinks and window part",
     "f41_longformer": "unexplained at layers.0.attn: the global token not named",
 }
 

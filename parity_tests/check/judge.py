@@ -31,6 +31,7 @@ from . import levels as LV
 from . import mapping as MP
 from . import mistakes as MK
 from . import running as RN
+from . import session as SE
 from . import speech as SP
 from . import towers as TW
 from . import unsupported as US
@@ -38,6 +39,7 @@ from . import weight_map as WM
 from .diagnosis import MATCH, Diagnosis, _error, _valid, relative
 from .matchers import match
 from .pair_table import PAIRS
+from .probes import Sizes
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result
 from .running import COARSER, at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
 from .session import Check, Layout, copy_of, hides_id, prepare, probe_of, recording, run_user, stated
@@ -319,12 +321,46 @@ def module(
                 check, choose(check), found, lambda g: prepare(plain, level, g, mapped, found, seed, **conventions)
             )
             result = verdict(check, choice, reference, dtypes)
+            sizes = SE.probe_sizes(plain, level, **conventions)
+            longer = longer_sizes(check, choice, sizes) if result.passed else None
+            if longer is not None:  # the same at a probe's length, the outputs differing further on: judged there
+                found = recording(plain, level, check.given, seed, sizes=longer, **conventions)
+                check = prepare(plain, level, check.given, mapped, found, seed, sizes=longer, **conventions)
+                result = verdict(check, choose(check), reference, dtypes)
+                result.notes.append(
+                    f"judged at {longer.T_K} positions: at the probe's {sizes.T_K}, under what was read there, the "
+                    "outputs agreed with the reference's, further on they differed"
+                )
             result.notes += wrapped + scripted + parametrized + adapted + graphed + computed + linear
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow or found.own, exc)
     finally:
         torch.set_num_threads(threads)
+
+
+LONGER = 24  # a mask, window or table may part from the reference's only past the probe's
+
+
+def longer_sizes(check: Check, choice: Choice, sizes: Sizes) -> Sizes | None:
+    """`sizes` (the probe's) made LONGER positions long (3 x the config's sliding window where more; never past its
+    position table's max_len, nor 64) where the user's float64 output under `choice`, which matched at the probe's
+    length, differs from the reference's there (outputs only): a sink, a window, a block or a table beyond the probe.
+    None where it agrees, where the level computes each position alone (Level.across_positions), or where the module
+    cannot run that long."""
+    cfg = choice.cfg
+    T = min(max(LONGER, 3 * (cfg.sliding_window or 0)), 64, cfg.max_len)
+    if not check.entry.across_positions or T <= sizes.T_K:
+        return None
+    longer = Sizes(sizes.B, T - (sizes.T_K - sizes.T_Q), T)
+    at = dataclasses.replace(check, probes=SE.probes_at(check.entry, cfg, check.seed, longer), configs=(cfg,))
+    p = probe_of(at, choice.caller)
+    try:
+        out = run_user(at, choice.layout, choice.caller, np.float64, probe=p)[0].detach().cpu().numpy()
+        errors = _errors(at, {}, choice.caller, p, out, choice.kind)
+    except Exception:  # the module (or its cached tables) cannot take that length: nothing more to tell
+        return None
+    return longer if errors and errors[0][0] > MATCH else None
 
 
 def no_pad_token(check: Check, choice: Choice, found: MP.Structure, again) -> tuple[Check, Choice]:

@@ -49,6 +49,12 @@ class Level:
         return self.group in ("layer", "model") or (self.group == "stacks" and len(self.stacks) == 1)
 
     @property
+    def across_positions(self) -> bool:
+        """Whether an output may read other positions or its own index (attentions, position tables, layers, models):
+        what only a longer sequence may show; a norm, a feed-forward or an embedding computes each position alone."""
+        return self.heads or self.unit in ("heads", "positions") or self.group != "component"
+
+    @property
     def encoder_only(self) -> bool:
         return self.stacks == ("encoder",)
 

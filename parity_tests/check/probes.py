@@ -130,11 +130,13 @@ def vocabulary(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Pro
     return Probe(ids={"ids": rng.integers(0, cfg.src_vocab_size, size=(sizes.B, sizes.T_K))})
 
 
-def model_ids(inputs: list, tables: list, B: int) -> Probe:
-    """A model's probe where its forward is recorded: small ids (T at most 6) for each of `inputs` (a memory: floats),
-    nothing padded, no id a table's padding_idx (RoBERTa numbers its positions from the ids that are not padding)."""
+def model_ids(inputs: list, tables: list, B: int, T: int | None = None) -> Probe:
+    """A model's probe where its forward is recorded: small ids (T long, by default at most 6) for each of `inputs` (a
+    memory: floats), nothing padded, no id a table's padding_idx (RoBERTa numbers its positions from the ids that are
+    not padding)."""
+    # rows: the smallest table's beyond a handful (BERT's two token types are not the vocabulary)
     rows = min((t.rows for t in tables if t.rows > 4), default=min(t.rows for t in tables))
-    T = min(6, rows)  # rows: the smallest table's beyond a handful (BERT's two token types are not the vocabulary)
+    T = min(SIZES.T_K, rows) if T is None else T
     low = max([t.padding_idx + 1 for t in tables if t.padding_idx is not None and t.padding_idx < 4] + [1])
     ids = dict.fromkeys(inputs, np.random.default_rng(0).integers(low, max(rows, low + 1), size=(B, T)))
     memory = ids.pop("memory", None) is not None  # the decoder's memory is a float input

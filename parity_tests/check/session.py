@@ -138,9 +138,10 @@ class Check:
     cache: dict = field(default_factory=dict, compare=False, repr=False)
 
 
-def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: int, **conventions) -> Check:
-    """The Check of `user` at `level`, recorded as `found`; `mapped`: the (links, zero) of a mapping= given. What the
-    judge cannot read raises (check.module answers "could not judge: ...", or Result.unsupported)."""
+def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: int, sizes=None, **conventions) -> Check:
+    """The Check of `user` at `level`, recorded as `found`, probed at `sizes` (by default probe_sizes'); `mapped`: the
+    (links, zero) of a mapping= given. What the judge cannot read raises (check.module answers "could not judge: ...",
+    or Result.unsupported)."""
     entry, notes, is_module = LV.LEVELS[level], [], isinstance(user, nn.Module)
     model = inferred(user, level, found, given, mapped, notes)
     shapes = R.shapes(entry, model.cfg)
@@ -148,13 +149,7 @@ def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: in
     if mapped is not None and is_module:  # a given map: every name it holds exists, every size agrees
         tensors = dict(user.named_parameters(remove_duplicate=False)) | dict(user.named_buffers())
         WM.refuse_unknown(model.links, model.zero, params, tensors, level)
-    probes, sizes = {}, probe_sizes(user, level, **conventions)
-    for key in [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else []):
-        p = probes[key] = entry.probe(model.cfg, np.random.default_rng(seed + 1), *key, sizes=sizes)
-        if p.src_keep is not None:  # for a caller that passes no mask (probe_of)
-            probes[key + ("unpadded",)] = dataclasses.replace(
-                p, src_keep=None, valid=None if p.valid is p.src_keep else p.valid
-            )
+    probes = probes_at(entry, model.cfg, seed, sizes or probe_sizes(user, level, **conventions))
     rope = rope_options(entry, model, stated(given), found.flow)
     head = output_head(user, model.links) if is_module and entry.group == "model" else None
     return Check(
@@ -162,6 +157,19 @@ def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: in
         tuple(C.callers(user, level, **conventions)), tuple(layouts(model, rope, mapped is None and is_module)),
         tuple(config_candidates(entry, model, found.flow, rope, stated(given))), head, tuple(notes),
     )  # fmt: skip
+
+
+def probes_at(entry: LV.Level, cfg, seed: int, sizes: PR.Sizes) -> dict:
+    """The level's probes at `sizes`, by (self_attention, causal); each padded one also without the keys' padding
+    (key + ("unpadded",)), for a caller that passes no mask (probe_of)."""
+    probes = {}
+    for key in [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else []):
+        p = probes[key] = entry.probe(cfg, np.random.default_rng(seed + 1), *key, sizes=sizes)
+        if p.src_keep is not None:
+            probes[key + ("unpadded",)] = dataclasses.replace(
+                p, src_keep=None, valid=None if p.valid is p.src_keep else p.valid
+            )
+    return probes
 
 
 def probe_of(check: Check, caller) -> LV.Probe:
@@ -306,19 +314,21 @@ def probe_sizes(user, level: str, example=None, batch_first=None, **_) -> PR.Siz
     return C.sizes(user, level, example, batch_first) if example is not None else PR.SIZES
 
 
-def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Structure:
+def recording(user, level: str, given: dict, seed: int, sizes=None, **conventions) -> MP.Structure:
     """The user's module read once (mapping.structure) and its forward recorded once (read_flow): a model holding
-    tables on small ids (at most 16 conventions), else on the level's probe at its parameters' sizes (sized_config)."""
+    tables on small ids (at most 16 conventions; as long as `sizes`' keys where given), else on the level's probe at
+    its parameters' sizes (sized_config) and at `sizes` (by default probe_sizes')."""
     if not isinstance(user, nn.Module):
         return MP.Structure()
     entry, found, flow, raised = LV.LEVELS[level], MP.structure(user), None, ""
-    sizes = probe_sizes(user, level, **conventions)
+    length = None if sizes is None else sizes.T_K
+    sizes = sizes or probe_sizes(user, level, **conventions)
     if entry.group == "model" and found.tables:
-        ids = PR.model_ids(entry.inputs, found.tables, sizes.B)
+        ids = PR.model_ids(entry.inputs, found.tables, sizes.B, length)
         called = {k: conventions[k] for k in ("call", "example")}  # as the caller's call or example calls it
         flow, raised = read_flow(user, level, lambda caller: ids, 16, **called)
         if flow is not None and sizes.B > 1 and flow.repeated:  # B runs of one module: once per sequence?
-            one = PR.model_ids(entry.inputs, found.tables, 1)
+            one = PR.model_ids(entry.inputs, found.tables, 1, length)
             alone = read_flow(user, level, lambda caller: one, 16, **called)[0]
             flow = alone if alone is not None and len(alone.attentions) < len(flow.attentions) else flow
     recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")

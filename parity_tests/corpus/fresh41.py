@@ -58,6 +58,11 @@ First met: 14 of 21 right. Wrong:
 - f41_longformer: "unexplained: layers.0.attn ... positions 1, 2, 4, 5 differ": the place right, the global token
   not named (neither an op nor the words).
 
+Fixed since: f41_sink_window.wide: a check that passes at the probe's length is run once more, outputs only, at 24
+positions (3 x a config's sliding window where more; never past its position table, here 16); where the outputs part
+there, the model is recorded and judged at that length (check/judge.py, longer_sizes), and the mask's finder reads
+the 4 sinks beside the window of 4.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
