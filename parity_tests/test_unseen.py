@@ -93,10 +93,6 @@ TODAY |= {  # fresh42: T5's first attention read as diverging whatever the mista
     "f42_t5_encoder.bias_made_in_block_0.padding_on_queries_last_block": "no id, no op: unexplained at block.0.attn",
 }
 
-TODAY |= {  # fresh43: an example's 2D attention_mask kept at its own sizes; a prefix's bidirectional keys not named
-    "f43_hf_llama.left_padded_example": "could not judge: the mask made at the example's 7 positions beside 3 ids",
-    "f43_prefix_lm.prefix_3": "no id, no op: unexplained at layers.0.self_attn (positions 0, 1 differ)",
-}
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
 SLOW = {

@@ -130,11 +130,12 @@ def vocabulary(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Pro
     return Probe(ids={"ids": rng.integers(0, cfg.src_vocab_size, size=(sizes.B, sizes.T_K))})
 
 
-def model_ids(inputs: list, tables: list, B: int) -> Probe:
-    """A model's probe where its forward is recorded: small ids (T at most 6) for each of `inputs` (a memory: floats),
-    nothing padded, no id a table's padding_idx (RoBERTa numbers its positions from the ids that are not padding)."""
+def model_ids(inputs: list, tables: list, B: int, T: int | None = None) -> Probe:
+    """A model's probe where its forward is recorded: small ids (T at most 6, unless given: an example's length) for
+    each of `inputs` (a memory: floats), nothing padded, no id a table's padding_idx (RoBERTa numbers its positions
+    from the ids that are not padding)."""
     rows = min((t.rows for t in tables if t.rows > 4), default=min(t.rows for t in tables))
-    T = min(6, rows)  # rows: the smallest table's beyond a handful (BERT's two token types are not the vocabulary)
+    T = T or min(6, rows)  # rows: the smallest table's beyond a handful (BERT's two token types are not the vocabulary)
     low = max([t.padding_idx + 1 for t in tables if t.padding_idx is not None and t.padding_idx < 4] + [1])
     ids = dict.fromkeys(inputs, np.random.default_rng(0).integers(low, max(rows, low + 1), size=(B, T)))
     memory = ids.pop("memory", None) is not None  # the decoder's memory is a float input

@@ -308,13 +308,15 @@ def probe_sizes(user, level: str, example=None, batch_first=None, **_) -> PR.Siz
 
 def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Structure:
     """The user's module read once (mapping.structure) and its forward recorded once (read_flow): a model holding
-    tables on small ids (at most 16 conventions), else on the level's probe at its parameters' sizes (sized_config)."""
+    tables on small ids (at most 16 conventions; an example's length, which its other tensors share), else on the
+    level's probe at its parameters' sizes (sized_config)."""
     if not isinstance(user, nn.Module):
         return MP.Structure()
     entry, found, flow, raised = LV.LEVELS[level], MP.structure(user), None, ""
     sizes = probe_sizes(user, level, **conventions)
     if entry.group == "model" and found.tables:
-        ids = PR.model_ids(entry.inputs, found.tables, sizes.B)
+        T = sizes.T_K if conventions.get("example") is not None else None
+        ids = PR.model_ids(entry.inputs, found.tables, sizes.B, T)
         called = {k: conventions[k] for k in ("call", "example")}  # as the caller's call or example calls it
         flow, raised = read_flow(user, level, lambda caller: ids, 16, **called)
         if flow is not None and sizes.B > 1 and flow.repeated:  # B runs of one module: once per sequence?
