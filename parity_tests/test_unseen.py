@@ -86,11 +86,6 @@ TODAY |= {  # fresh41
     "f41_longformer": "unexplained at layers.0.attn: the global token not named",
 }
 
-TODAY |= {  # fresh43: an example's 2D attention_mask kept at its own sizes; a prefix's bidirectional keys not named
-    "f43_hf_llama.left_padded_example": "could not judge: the mask made at the example's 7 positions beside 3 ids",
-    "f43_prefix_lm.prefix_3": "no id, no op: unexplained at layers.0.self_attn (positions 0, 1 differ)",
-}
-
 TODAY |= {  # fresh44: conditioning inside transformers
     "f44_flamingo.media": "could not judge: ids put in the float media's place (Long and Float)",
     "f44_mllama.states": "could not judge: ids put in the float states' place (Long and Float)",

@@ -143,16 +143,19 @@ def as_numpy(out) -> np.ndarray:
 
 def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
     """The reference's mask for one role as the user's `kind` and `shape` say: "src" the keys' padding, "tgt" the
-    causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch axis)."""
-    if role == "src":  # (B, T) with as many axes of size 1 as the shape says, in its order ((1, T, B): labml's)
+    causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch axis), or
+    the target's padding alone where the shape is a padding mask's (HF's (B, T) attention_mask of a causal LM)."""
+    kept = probe.src_keep if role == "src" else probe.tgt_keep
+    if kept is None and role == "tgt":  # unpadded: its first input's batch and length
+        kept = np.ones(next(iter(probe.floats.values())).shape[:2], dtype=bool)
+    if shape not in CAUSAL_SHAPES:  # (B, T) with as many axes of size 1 as the shape says, in its order ((1, T, B))
         axes = shape.strip("()").split(", ")
-        keep = probe.src_keep if axes.index("B") < axes.index("T") else probe.src_keep.T
-        keep = keep.reshape([dict(zip("BT", probe.src_keep.shape, strict=True)).get(a, 1) for a in axes])
+        keep = kept if axes.index("B") < axes.index("T") else kept.T
+        keep = keep.reshape([dict(zip("BT", kept.shape, strict=True)).get(a, 1) for a in axes])
     else:
-        T = probe.tgt_keep.shape[1] if probe.tgt_keep is not None else next(iter(probe.floats.values())).shape[1]
-        keep = np.tril(np.ones((T, T), dtype=bool))
+        keep = np.tril(np.ones((kept.shape[1], kept.shape[1]), dtype=bool))
         if shape != "(T, T)":
-            keep = keep[None] & (probe.tgt_keep[:, None, :] if probe.tgt_keep is not None else True)
+            keep = keep[None] & kept[:, None, :]
             keep = keep[:, None] if shape == "(B, 1, T, T)" else keep
     keep = torch.from_numpy(np.ascontiguousarray(keep)).to(device)
     if kind == "additive":  # 0 where allowed, -1e9 where masked
@@ -404,7 +407,9 @@ def _mask_of(value: torch.Tensor, name: str, roles: tuple, B: int, T: int) -> tu
         kinds = kinds if v.all() or not v.any() else kinds[:1]  # every position the same: the polarity not shown
     else:
         kinds = ["additive" if v.is_floating_point() else "int_keep"]
-    shape = (CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES)[{2: 2, 3: 1}.get(v.ndim, 0)]  # by rank: 4, 3, 2
+    # the target's padding alone (HF's (B, T) attention_mask of a causal LM): one row of keys, or (B, T) not causal
+    padding = v.ndim < 2 or v.shape[-2] == 1 or v.ndim == 2 and v.shape[0] == B and not causal
+    shape = (PAD_SHAPES if role == "src" or padding else CAUSAL_SHAPES)[{2: 2, 3: 1}.get(v.ndim, 0)]  # by rank: 4, 3, 2
     axes = ["B" if n == B else "T" if n == T else "1" if n == 1 else "?" for n in v.shape]
     if role == "src" and 1 < B != T > 1 and sorted(axes) == sorted(shape.strip("()").split(", ")):
         shape = f"({', '.join(axes)})"
@@ -440,6 +445,9 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
         and not _own_pattern(value)
     ]
     kept |= {place: ("mask", name) for place, name, _ in masks}
+    counted = [(p, n) for p, n, v in slots if p not in kept and n.lower() in POSITION_NAMES and _counted(v, masks)]
+    kept |= {place: ("positions", name) for place, name in counted}  # given 0 .. T - 1 (Caller.positions)
+    at = tuple(name for _, name in counted)
     B = sizes(module, level, example, batch_first).B
     args, kwargs = example
     tmpl = (
@@ -456,11 +464,28 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
         options = itertools.product(*[[(n, (m[0], kind, m[2])) for kind in m[1]] for n, m in read.items()])
         causals = [causal_given] if causal_given or not self_attention else [False, True]
         found += [
-            Caller(bf, names, dict(m), self_attention, causal=c and self_attention, template=tmpl, bmhk=bmhk)
+            Caller(
+                bf, names, dict(m), self_attention, causal=c and self_attention, template=tmpl, bmhk=bmhk, positions=at
+            )
             for m in options
             for c in causals
         ]
     return found
+
+
+def _counted(value, masks: list) -> bool:
+    """Whether an example's position ids (B, T) count each sequence's real positions from 0, the keys some query
+    reads in its masks (`masks`: (place, name, value)): 0 .. T - 1 unpadded, HF's cumulative sum of a left-padded mask
+    minus one. Made for the probe as 0 .. T - 1, which count its real positions alike (its padding is at the end)."""
+    if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.is_complex() or value.ndim != 2:
+        return False
+    real = torch.ones(value.shape, dtype=torch.bool)
+    for _, _, m in masks:
+        m = m.detach().cpu()
+        seen = m if m.dtype == torch.bool else m >= 0 if m.is_floating_point() else m != 0
+        if seen.ndim >= 2 and seen.shape[0] == value.shape[0] and seen.shape[-1] == value.shape[-1]:
+            real &= seen.reshape(seen.shape[0], -1, seen.shape[-1]).any(1)
+    return bool((value.cpu() == real.long().cumsum(-1) - 1)[real].all())
 
 
 def _bmhk(module, example, data: list, entry) -> bool:

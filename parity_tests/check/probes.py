@@ -131,9 +131,9 @@ def vocabulary(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Pro
 
 
 def model_ids(inputs: list, tables: list, B: int, T: int | None = None) -> Probe:
-    """A model's probe where its forward is recorded: small ids (T long, by default at most 6) for each of `inputs` (a
-    memory: floats), nothing padded, no id a table's padding_idx (RoBERTa numbers its positions from the ids that are
-    not padding)."""
+    """A model's probe where its forward is recorded: small ids (T long: by default at most 6; a longer check's or an
+    example's length) for each of `inputs` (a memory: floats), nothing padded, no id a table's padding_idx (RoBERTa
+    numbers its positions from the ids that are not padding)."""
     # rows: the smallest table's beyond a handful (BERT's two token types are not the vocabulary)
     rows = min((t.rows for t in tables if t.rows > 4), default=min(t.rows for t in tables))
     T = min(SIZES.T_K, rows) if T is None else T

@@ -316,13 +316,15 @@ def probe_sizes(user, level: str, example=None, batch_first=None, **_) -> PR.Siz
 
 def recording(user, level: str, given: dict, seed: int, sizes=None, **conventions) -> MP.Structure:
     """The user's module read once (mapping.structure) and its forward recorded once (read_flow): a model holding
-    tables on small ids (at most 16 conventions; as long as `sizes`' keys where given), else on the level's probe at
-    its parameters' sizes (sized_config) and at `sizes` (by default probe_sizes')."""
+    tables on small ids (at most 16 conventions; as long as `sizes`' keys where given, else an example's length, which
+    its other tensors share), else on the level's probe at its parameters' sizes (sized_config) and at `sizes` (by
+    default probe_sizes')."""
     if not isinstance(user, nn.Module):
         return MP.Structure()
     entry, found, flow, raised = LV.LEVELS[level], MP.structure(user), None, ""
-    length = None if sizes is None else sizes.T_K
+    given_length = sizes is not None or conventions.get("example") is not None
     sizes = sizes or probe_sizes(user, level, **conventions)
+    length = sizes.T_K if given_length else None
     if entry.group == "model" and found.tables:
         ids = PR.model_ids(entry.inputs, found.tables, sizes.B, length)
         called = {k: conventions[k] for k in ("call", "example")}  # as the caller's call or example calls it

@@ -1243,13 +1243,21 @@ def _embedding_scale(rec) -> tuple | None:
 def _pattern(rec) -> tuple | None:
     """A causal mask (each query reads itself, no key after it) that hides earlier keys otherwise than a sliding
     window does (Flow.width): Llama 4's chunks of c (key j <= i read where i // c == j // c), StreamingLLM's first n
-    keys read by every query beside a window of w, a speculative tree's ancestors; the reference's: causal, a band."""
+    keys read by every query beside a window of w, a speculative tree's ancestors; the reference's: causal, a band.
+    Or one causal for some queries only, the others shown later keys (PaliGemma's prefix read both ways)."""
     for node in (n for n in rec.nodes if n.op in DF.SOFTMAX | DF.MHA | {DF.SDPA}):
         seen = rec.keys_seen(node)
         if seen is None or seen.ndim != 2 or seen.shape[0] != seen.shape[1] or rec.width(node) is not None:
             continue
         T = seen.shape[0]
         i, j = torch.arange(T)[:, None], torch.arange(T)[None]
+        later = [q for q in range(T) if bool(seen[q, q + 1 :].any())]  # queries shown later keys, others causal
+        if 0 < len(later) < T - 1 and bool(seen.diagonal().all()):  # said by their rows: a prefix read both ways
+            groups = {_spans(seen[q]): _spans((seen == seen[q]).all(1)) for q in later}
+            return node.module, "the mask shows some queries later keys: " + "; ".join(
+                f"queries {q} read keys {k}" + (q == k) * f" (a bidirectional {'prefix' if q[0] == '0' else 'block'})"
+                for k, q in groups.items()
+            )
         if not bool(seen.diagonal().all()) or bool(seen[j > i].any()) or bool(seen[j <= i].all()):
             continue
         forms = [(f"only the causal keys of its own chunk of {c} positions", (i // c == j // c)) for c in range(1, T)]

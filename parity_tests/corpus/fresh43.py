@@ -57,6 +57,14 @@ First met: 17 of 19 right. Wrong:
   hides earlier keys, is named ("the mask hides earlier keys otherwise than a causal window"), but a mask that shows
   later keys (the prefix read both ways) is not.
 
+Fixed since: an example's 2D mask of a causal LM, (B, T) and not the causal triangle (or a mask of one row of keys),
+is read as the target's padding alone and made from the probe's own (right) padding, not as a (T, T) causal mask;
+the recording's ids take the example's length, so that the example's other tensors (token types, a 4D mask) fit
+them; position ids that count each sequence's real positions from 0 (HF's cumulative sum of a left-padded mask minus
+one, or 0 .. T - 1) are given as the probe's 0 .. T - 1, which count its right-padded positions alike. A mask that
+shows some queries later keys while the others stay causal is named by the keys those queries read ("queries 0 .. 2
+read keys 0 .. 2 (a bidirectional prefix)").
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
