@@ -933,9 +933,7 @@ def _attention(node: Node) -> Attention | None:
     latent += _latent(q, qw, shared=False) if latent else []  # DeepSeek-V3's low-rank queries
     outs = [n for n in _forward(fed) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
-    T = node.shape[-2] if len(node.shape) >= 2 else None  # the queries: (B, H, T, Dh) or einsum's (B, T, H, Dh)
-    before, at = q.shape[-3:-1] if len(q.shape) >= 4 else (None, None)  # (H, T), or einsum's (T, H)
-    heads = before if at == T else at if before == T else None
+    heads = _heads(q, node)
     out = [projection(n) for n in outs]
     kw = [w for w in kw if w not in latent]  # MLA's: its up projection (kv_b_proj), keys and values
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs, latent=latent)
@@ -953,6 +951,22 @@ def _attention(node: Node) -> Attention | None:
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found
+
+
+def _heads(q: Node, node: Node) -> int | None:
+    """The query's head count: the axis its features are split into beside whole heads' features (a view of
+    (..., H * Dh) as (..., H, Dh), or H, 3 Dh of a fused layout), wherever the positions then go (cut in chunks
+    or blocks); where no view splits them (einsum's 3-axis weights), the axis beside the query positions of the
+    softmax (or SDPA) `node`: (B, H, T, Dh) or einsum's (B, T, H, Dh)."""
+    Dh = q.shape[-1] if q.shape else 0
+    for n in walk([q], _behind):
+        into, whole = n.shape, n.parents[0].shape if n.op in VIEWS and n.parents else ()
+        if len(into) >= 2 and whole and into[:-2] == whole[:-1] and into[-2] * into[-1] == whole[-1] != into[-1]:
+            if Dh and into[-1] % Dh == 0:
+                return into[-2]
+    T = node.shape[-2] if len(node.shape) >= 2 else None
+    before, at = q.shape[-3:-1] if len(q.shape) >= 4 else (None, None)  # (H, T), or einsum's (T, H)
+    return before if at == T else at if before == T else None
 
 
 def _sink_at_zero(node: Node, values: dict) -> bool:
