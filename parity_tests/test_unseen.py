@@ -75,13 +75,7 @@ CORPORA += (fresh41, fresh42)
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
 TODAY |= {  # fresh41
-    "f41_mistral_band.symmetric_second_layer": "unexplained at layers.1.attn: neither not_causal nor an op",
-    "f41_sliding_chunks": "could not judge: n_heads=2 (the chunk axis read as the heads)",
-    "f41_sliding_chunks.shows_next_second_layer": "could not judge: n_heads=2 (the chunk axis read as the heads)",
-    "f41_local_blocks": "could not judge: n_heads=2 (the chunk axis read as the heads)",
-    "f41_local_blocks.one_block": "could not judge: n_heads=1 (the block axis read as the heads)",
     "f41_sink_window.wide": "pass: the probes' 6 positions never reach the 9th, where sinks and window part",
-    "f41_longformer": "unexplained at layers.0.attn: the global token not named",
 }
 
 TODAY |= {  # fresh42: T5's first attention read as diverging whatever the mistake and wherever it sits

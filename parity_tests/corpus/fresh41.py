@@ -466,7 +466,7 @@ CASES = [
         lambda: lm(SlidingChunks, SlidingChunksShowingNext),
         _LM,
         {},
-        ("mistake", "attention.causal_shows_next", "layers.1.attn"),
+        ("no pair", "layers.1.attn", "later keys"),
     ),
     ("f41_sink_window", lambda: lm(SinkWindow, SinkWindow), _LM, {}, ("no pair", "layers.0.attn", "sink")),
     (
