@@ -77,15 +77,6 @@ CORPORA += (fresh43, fresh44)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh41
-    "f41_mistral_band.symmetric_second_layer": "unexplained at layers.1.attn: neither not_causal nor an op",
-    "f41_sliding_chunks": "could not judge: n_heads=2 (the chunk axis read as the heads)",
-    "f41_sliding_chunks.shows_next_second_layer": "could not judge: n_heads=2 (the chunk axis read as the heads)",
-    "f41_local_blocks": "could not judge: n_heads=2 (the chunk axis read as the heads)",
-    "f41_local_blocks.one_block": "could not judge: n_heads=1 (the block axis read as the heads)",
-    "f41_longformer": "unexplained at layers.0.attn: the global token not named",
-}
-
 TODAY |= {  # fresh44: conditioning inside transformers
     "f44_flamingo.media": "could not judge: ids put in the float media's place (Long and Float)",
     "f44_mllama.states": "could not judge: ids put in the float states' place (Long and Float)",

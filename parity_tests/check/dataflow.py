@@ -700,6 +700,7 @@ class Flow:
         scores = max(joined.parents, key=lambda n: n.shape[-1:]) if joined is not None and joined.parents else scores
         if scores is not None and scores.index in self.values:
             seen = self.values[scores.index].detach() > -1e3
+            seen = self._in_sequence(node, seen) if seen.ndim > 4 else seen  # the positions cut in chunks
         elif node.op in MHA | {SDPA} and isinstance(node.value, tuple):
             _, mask, causal, T, S, *_ = node.value
             seen = torch.ones(T, S, dtype=torch.bool).tril() if causal else torch.ones(T, S, dtype=torch.bool)
@@ -710,6 +711,42 @@ class Flow:
         else:
             return None
         return seen.reshape(-1, *seen.shape[-2:]).any(0) if seen.ndim >= 2 else None
+
+    def _in_sequence(self, node: Node, seen: torch.Tensor) -> torch.Tensor:
+        """The (T, T) keys each query position sees, where the scores (..., W, S) of the softmax `node` hold the
+        positions in chunks or blocks (Longformer's sliding chunks, block-local attention): each row of the scores'
+        query and key operands found by value among the rows of the view that split their heads (..., T, H, Dh); a
+        padding row (all zero) is no position. `seen` as it is where a row is found nowhere."""
+        product = next((n for n in walk([node.parents[0]], _behind) if n.op in PRODUCTS), None)
+        q, k = _query_first(product) if product is not None else (None, None)
+        qv, kv = (self.values.get(t.index) if t is not None else None for t in (q, k))
+        W, S = seen.shape[-2:]
+        if qv is None or kv is None or qv.shape[:-1] != seen.shape[:-1]:
+            return seen
+        kv = kv.transpose(-1, -2) if kv.shape[:-2] == seen.shape[:-2] and kv.shape[-1] == S else kv  # k^T
+        if kv.shape[:-1] != (*seen.shape[:-2], S):
+            return seen
+        (T, qp), (Tk, kp) = self._positions(q, qv), self._positions(k, kv)  # type: ignore[arg-type]
+        if T != Tk or qp is None or kp is None:
+            return seen
+        qp, kp = qp.reshape(-1, W, 1).expand(-1, W, S), kp.reshape(-1, 1, S).expand(-1, W, S)
+        hit = seen.reshape(-1, W, S) & (qp >= 0) & (kp >= 0)
+        out = torch.zeros(T, T, dtype=torch.bool)
+        out[qp[hit], kp[hit]] = True
+        return out
+
+    def _positions(self, t: Node, value: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        """(T, the position of each row of `value`, -1 for a row of zeros) by value among the rows of the view
+        that split `t`'s heads (..., T, H, Dh); (T, None) where a row is found nowhere."""
+        split = _head_split(t, value.shape[-1])
+        held = self.values.get(split.index) if split is not None else None
+        if held is None:
+            return 0, None
+        T, Dh = held.shape[-3], held.shape[-1]
+        table = {r.numpy().tobytes(): p for p in range(T) for r in held.detach().select(-3, p).reshape(-1, Dh).cpu()}
+        rows = value.detach().reshape(-1, Dh).cpu()
+        found = [table.get(r.numpy().tobytes(), -1 if not r.any() else None) for r in rows]
+        return T, None if None in found else torch.tensor(found, dtype=torch.long)
 
     @property
     def output_scale(self) -> float | None:
@@ -933,9 +970,7 @@ def _attention(node: Node) -> Attention | None:
     latent += _latent(q, qw, shared=False) if latent else []  # DeepSeek-V3's low-rank queries
     outs = [n for n in _forward(fed) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
-    T = node.shape[-2] if len(node.shape) >= 2 else None  # the queries: (B, H, T, Dh) or einsum's (B, T, H, Dh)
-    before, at = q.shape[-3:-1] if len(q.shape) >= 4 else (None, None)  # (H, T), or einsum's (T, H)
-    heads = before if at == T else at if before == T else None
+    heads = _heads(q, node)
     out = [projection(n) for n in outs]
     kw = [w for w in kw if w not in latent]  # MLA's: its up projection (kv_b_proj), keys and values
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs, latent=latent)
@@ -953,6 +988,30 @@ def _attention(node: Node) -> Attention | None:
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found
+
+
+def _heads(q: Node, node: Node) -> int | None:
+    """The query's head count: the axis beside the query positions of the softmax (or SDPA) `node`, (B, H, T, Dh)
+    or einsum's (B, T, H, Dh); where the positions are cut into chunks or blocks (more axes: (B, H, n, W, Dh)), the
+    axis its features are split into (_head_split)."""
+    split = _head_split(q) if len(q.shape) > 4 else None
+    if split is not None:
+        return split.shape[-2]
+    T = node.shape[-2] if len(node.shape) >= 2 else None
+    before, at = q.shape[-3:-1] if len(q.shape) >= 4 else (None, None)  # (H, T), or einsum's (T, H)
+    return before if at == T else at if before == T else None
+
+
+def _head_split(t: Node, Dh: int = 0) -> Node | None:
+    """The nearest view behind `t` that splits its features into heads: (..., H * Dh) as (..., H, Dh), or as
+    (..., H, 3 Dh) of a fused layout, Dh the last axis of `t` unless given; None where none does."""
+    Dh = Dh or (t.shape[-1] if t.shape else 0)
+    for n in walk([t], _behind):
+        into, whole = n.shape, n.parents[0].shape if n.op in VIEWS and n.parents else ()
+        if len(into) >= 2 and whole and into[:-2] == whole[:-1] and into[-2] * into[-1] == whole[-1] != into[-1]:
+            if Dh and into[-1] % Dh == 0:
+                return n
+    return None
 
 
 def _sink_at_zero(node: Node, values: dict) -> bool:

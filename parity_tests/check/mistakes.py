@@ -46,16 +46,21 @@ def _triangle(site: Site, message: str, triangle: np.ndarray) -> list:
 
 def _causal(message: str, diagonal: int | None) -> Callable[[Site], list]:
     """A causal self-attention's variants: its mask tril(diagonal), or none (diagonal None) or the padding alone;
-    within a sliding window's band where the site has one (the keys its keep hides below the triangle)."""
+    within a sliding window's band where the site has one (the keys its keep hides below the triangle); and no
+    causal half of a window's band (diagonal None) also as the band mirrored: the window on both sides, |i - j| < W."""
 
     def variants(site: Site) -> list:
         if not site.causal:
             return []
         T = site.keep.shape[-1]  # type: ignore[union-attr]  # a causal site's keep is (1, 1, T, T), never None
-        band = site.keep[0, 0] | np.triu(np.ones((T, T), bool), 1)  # type: ignore[index]  # all True: no window
+        window = site.keep[0, 0]  # type: ignore[index]
+        band = window | np.triu(np.ones((T, T), bool), 1)  # all True: no window
         if diagonal is None and band.all():
             return [(message, {"keep": keep}) for keep in ([None] if site.pad is None else [None, site.pad])]
-        return _triangle(site, message, band & (True if diagonal is None else np.tril(np.ones((T, T), bool), diagonal)))
+        if diagonal is None:
+            mirrored = "the window's band without its causal half: |i - j| < W"
+            return _triangle(site, message, band) + _triangle(site, mirrored, window | window.T)
+        return _triangle(site, message, band & np.tril(np.ones((T, T), bool), diagonal))
 
     return variants
 

@@ -1241,37 +1241,70 @@ def _embedding_scale(rec) -> tuple | None:
 
 
 def _pattern(rec) -> tuple | None:
-    """A causal mask (each query reads itself, no key after it) that hides earlier keys otherwise than a sliding
-    window does (Flow.width): Llama 4's chunks of c (key j <= i read where i // c == j // c), StreamingLLM's first n
-    keys read by every query beside a window of w, a speculative tree's ancestors; the reference's: causal, a band.
-    Or one causal for some queries only, the others shown later keys (PaliGemma's prefix read both ways)."""
+    """A self-attention's mask (keys_seen; each query reads itself) that is none of the reference's (causal, a
+    causal window: Flow.width; no mask, a band |i - j| <= w either side), said as the keys each query reads
+    (_form): the first keys every query reads (StreamingLLM's sinks) or the first positions that also read every
+    key (Longformer's global tokens), besides a window, a band or a block of its own (Llama 4's chunks,
+    block-local attention); else later keys read besides such a causal mask, else each query's keys listed
+    (strided, dilated, a speculative tree's ancestors). Keys no query reads (padding) are left out."""
     for node in (n for n in rec.nodes if n.op in DF.SOFTMAX | DF.MHA | {DF.SDPA}):
         seen = rec.keys_seen(node)
-        if seen is None or seen.ndim != 2 or seen.shape[0] != seen.shape[1] or rec.width(node) is not None:
+        if seen is None or seen.ndim != 2 or seen.shape[0] != seen.shape[1] or not bool(seen.diagonal().all()):
             continue
         T = seen.shape[0]
-        i, j = torch.arange(T)[:, None], torch.arange(T)[None]
-        later = [q for q in range(T) if bool(seen[q, q + 1 :].any())]  # queries shown later keys, others causal
-        if 0 < len(later) < T - 1 and bool(seen.diagonal().all()):  # said by their rows: a prefix read both ways
-            groups = {_spans(seen[q]): _spans((seen == seen[q]).all(1)) for q in later}
-            return node.module, "the mask shows some queries later keys: " + "; ".join(
-                f"queries {q} read keys {k}" + (q == k) * f" (a bidirectional {'prefix' if q[0] == '0' else 'block'})"
-                for k, q in groups.items()
-            )
-        if not bool(seen.diagonal().all()) or bool(seen[j > i].any()) or bool(seen[j <= i].all()):
+        d = torch.arange(T)[:, None] - torch.arange(T)[None]  # query - key
+        causal = not bool(seen[d < 0].any())
+        real = seen.any(0) | causal  # a bidirectional mask: the positions padded in every sequence left out
+        seen, d = seen[real][:, real], d[real][:, real]
+        band = torch.equal(seen, d.abs() <= int(d.abs()[seen].max()))  # no mask, or the reference encoder's band
+        if (rec.width(node) is not None or bool(seen[d >= 0].all())) if causal else band:
             continue
-        forms = [(f"only the causal keys of its own chunk of {c} positions", (i // c == j // c)) for c in range(1, T)]
-        forms += [
-            (f"the first {n} keys (sink tokens) besides a window of its last {w}", (j < n) | (i - j < w))
-            for n in range(1, T)
-            for w in range(1, T)
-        ]
-        said = next((said for said, keep in forms if torch.equal(seen, (j <= i) & keep)), None)
+        said = _form(seen, d, causal)
         if said:
             return node.module, f"the mask lets each query read {said}"
-        rows = "; ".join(f"{q}: {', '.join(map(str, seen[q].nonzero().flatten().tolist()))}" for q in range(T))
-        return node.module, f"the mask hides earlier keys otherwise than a causal window (each query's keys: {rows})"
+        past = None if causal else _form(seen & (d >= 0), d, True, reference=True)
+        if past:
+            later = "; ".join(f"{q}: {', '.join(map(str, (seen[q] & (d[q] < 0)).nonzero().flatten().tolist()))}"
+                              for q in range(len(seen)) if bool((seen[q] & (d[q] < 0)).any()))  # fmt: skip
+            return node.module, f"the mask lets queries read later keys (query: keys after it: {later}) besides {past}"
+        rows = "; ".join(f"{q}: {', '.join(map(str, seen[q].nonzero().flatten().tolist()))}" for q in range(len(seen)))
+        what = "earlier keys otherwise than a causal window" if causal else "keys otherwise than a band either side"
+        return node.module, f"the mask hides {what} (each query's keys: {rows})"
     return None
+
+
+def _form(seen: torch.Tensor, d: torch.Tensor, causal: bool, reference: bool = False) -> str | None:
+    """The words for a mask `seen` (T, T) of distances `d` (query - key): a local part (a causal window of the
+    last w keys, a band |i - j| <= w either side, its own block of c positions) besides the first n keys every
+    query reads and, bidirectional, the first m positions that read every key (n = m: global positions); None
+    where none fits. `reference`: the local part alone, or every earlier key (the past of a mask that reads
+    later keys too)."""
+    T = len(seen)
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None]
+    allowed = d >= 0 if causal else torch.ones(T, T, dtype=torch.bool)
+    if reference and bool(seen[allowed].all()):
+        return "every earlier key (causal)"
+    local = [(f"a window of its last {w}" if causal else f"the keys within {w} positions either side (|i - j| <= {w})",
+              d < w if causal else d.abs() <= w) for w in range(1, T)]  # fmt: skip
+    local += [(f"only the {'causal ' * causal}keys of its own block (chunk) of {c} positions", i // c == j // c)
+              for c in range(2, T)]  # fmt: skip
+    tops = sorted(((n, m) for n in range(T) for m in ([0] if causal else range(T))), key=sum)
+    for n, m in tops if not reference else [(0, 0)]:
+        said = next((s for s, keep in local if torch.equal(seen, allowed & (keep | (j < n) | (i < m)))), None)
+        if said:
+            return " besides ".join([*_globals(n, m, causal), said])
+    return None
+
+
+def _globals(n: int, m: int, causal: bool) -> list:
+    """The words for the first `n` keys every query reads and the first `m` positions that read every key."""
+    if not (n or m):
+        return []
+    if n == m:
+        return [f"global position{'s' * (n > 1)} {', '.join(map(str, range(n)))} (it reads every key, every query "
+                "reads it)"]  # fmt: skip
+    keys = [f"the first {n} keys ({'sink tokens' if causal else 'read by every query'})"] if n else []
+    return keys + ([f"every key at the first {m} positions (global queries)"] if m else [])
 
 
 def _read_back(rec) -> tuple | None:

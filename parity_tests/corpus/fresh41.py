@@ -58,7 +58,17 @@ First met: 14 of 21 right. Wrong:
 - f41_longformer: "unexplained: layers.0.attn ... positions 1, 2, 4, 5 differ": the place right, the global token
   not named (neither an op nor the words).
 
-Fixed since: f41_sink_window.wide: a check that passes at the probe's length is run once more, outputs only, at 24
+Fixed since: where the positions are cut into chunks or blocks (a query of more than 4 axes), the heads are read
+from the view that splits the query's features into (H, Dh), and the keys each query sees are read in sequence
+positions (each row of the scores' operands found by value among the rows of that view), so the sliding chunks
+are the band they compute and the local blocks a block-diagonal mask; not_causal inside a window is also tried as
+the band mirrored (|i - j| < W); one rule says the masks the reference lacks: a window, a band or a block of its own
+besides sink keys or global positions (Longformer's global token named), later keys besides a causal mask, else
+each query's keys. The chunked band written j <= i + 1 is now expected as no pair, not causal_shows_next: a chunk's
+last query has no next key among its chunk's keys, so the mask shows the next key to 3 queries of 4 and no
+catalogued variant (every query sees the next) reproduces it; the judge lists the later keys each query reads.
+
+Also fixed since: f41_sink_window.wide: a check that passes at the probe's length is run once more, outputs only, at 24
 positions (3 x a config's sliding window where more; never past its position table, here 16); where the outputs part
 there, the model is recorded and judged at that length (check/judge.py, longer_sizes), and the mask's finder reads
 the 4 sinks beside the window of 4.
@@ -471,7 +481,7 @@ CASES = [
         lambda: lm(SlidingChunks, SlidingChunksShowingNext),
         _LM,
         {},
-        ("mistake", "attention.causal_shows_next", "layers.1.attn"),
+        ("no pair", "layers.1.attn", "later keys"),
     ),
     ("f41_sink_window", lambda: lm(SinkWindow, SinkWindow), _LM, {}, ("no pair", "layers.0.attn", "sink")),
     (

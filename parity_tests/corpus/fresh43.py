@@ -62,8 +62,8 @@ is read as the target's padding alone and made from the probe's own (right) padd
 the recording's ids take the example's length, so that the example's other tensors (token types, a 4D mask) fit
 them; position ids that count each sequence's real positions from 0 (HF's cumulative sum of a left-padded mask minus
 one, or 0 .. T - 1) are given as the probe's 0 .. T - 1, which count its right-padded positions alike. A mask that
-shows some queries later keys while the others stay causal is named by the keys those queries read ("queries 0 .. 2
-read keys 0 .. 2 (a bidirectional prefix)").
+shows some queries later keys while the others stay causal is named by the later keys each query reads ("the mask
+lets queries read later keys (query: keys after it: 0: 1, 2; 1: 2) besides every earlier key (causal)").
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
