@@ -1063,9 +1063,13 @@ def _aside(flow: Flow) -> set:
     """Where the ids are read through tables, the weights of the projections no table's rows reach: those of an input
     beside the ids (a diffusion model's noise level embedded by an MLP, image features projected, a style vector),
     which condition the stream rather than compute it."""
-    tables = [n for n in flow.nodes if n.op == "embedding"]
-    stream = {id(n) for n in walk(tables, lambda n: n.children)}
-    return {w for n in flow.nodes if (w := projection(n)) and tables and id(n) not in stream}
+    reached = stream(flow.nodes)
+    return {w for n in flow.nodes if (w := projection(n)) and reached and id(n) not in reached}
+
+
+def stream(nodes: list) -> set:
+    """The ids of the nodes a table lookup's rows reach (the ids' stream); empty where no table is read."""
+    return {id(n) for n in walk([n for n in nodes if n.op == "embedding"], lambda n: n.children)}
 
 
 def _halves(product: Node, weight: str) -> dict:

@@ -787,8 +787,7 @@ def _number(node) -> str:
 def _conditioned(rec) -> tuple | None:
     """The stream (what the ids' rows reach) multiplied by a tensor projected from one they never reach (FiLM's
     gamma x + beta from a style vector, a modulation from a conditioning input): said where the product is taken."""
-    tables = [n for n in rec.nodes if n.op == "embedding"]
-    stream = {id(n) for n in DF.walk(tables, lambda n: n.children)}
+    stream = DF.stream(rec.nodes)
     for node in (n for n in rec.nodes if n.op in DF.MULS and len(n.parents) == 2 and id(n) in stream):
         weights = [w for p in node.parents if id(p) not in stream for w in DF.back(p)[0]]
         if weights:
