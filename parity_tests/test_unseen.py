@@ -78,12 +78,6 @@ CORPORA += (fresh43, fresh44)
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
 TODAY |= {  # fresh44: conditioning inside transformers
-    "f44_flamingo.media": "could not judge: ids put in the float media's place (Long and Float)",
-    "f44_mllama.states": "could not judge: ids put in the float states' place (Long and Float)",
-    "f44_flamingo.cross_attn": "could not judge: forward(x, media) not called as (query, key = value)",
-    "f44_flamingo.cross_attn.inner": "could not judge: kv=None read as without a default",
-    "f44_flamingo.cross_attn.inner.softmax_over_queries": "could not judge: kv=None read as without a default",
-    "f44_film_encoder": "could not judge: ids put in the float style's place (Long and Float)",
     "f44_film_encoder.layer.unbiased_variance": "no id, no op: unexplained at (the module), the norm run in a method",
     "f44_cached_cross_seq2seq": "unexplained at decoder.0.cross_attn.o_proj: memory_kv mapped as layer 0's q, v",
     "f44_cached_cross_seq2seq.wrong_scale_second_cross": "unexplained at decoder.0.cross_attn.o_proj (the map)",

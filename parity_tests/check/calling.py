@@ -63,10 +63,16 @@ class Caller:
             out["mask"] = "none passed (built inside the module, or none)"
         if self.order and self.order not in (("query", "key", "value"), ("query",) * 3) and len(self.order) == 3:
             out["argument_order"] = ", ".join(self.order)
-        if self.causal:
-            out["attention"] = "causal self-attention: one input, the future masked"
-        elif self.self_attention:
-            out["attention"] = "self-attention: one input (query = key = value)"
+        attention = (
+            "causal self-attention: one input, the future masked"
+            if self.causal
+            else "self-attention: one input (query = key = value)"
+            if self.self_attention
+            else "cross-attention: the query and one memory (key = value)"
+            if self.order == ("query", "key")
+            else ""
+        )
+        out |= {"attention": attention} if attention else {}
         if self.positions:
             out["position_ids"] = f"{', '.join(self.positions)}: the positions 0 .. T - 1, (B, T)"
         if self.time_first_output:
@@ -214,12 +220,16 @@ def _batch_keys(forward, params: list) -> list:
     return [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in keys] if "input_ids" in keys else []
 
 
-def _orders(entry, level: str, data_params: list) -> list:
+def _orders(entry, level: str, data_params: list, required: int) -> list:
     """The orders the reference's data inputs may be passed in: as the reference takes them, reversed when there
-    are three (value first where the module names it so), or, for an attention, one input (self-attention)."""
+    are three (value first where the module names it so), or, for an attention, one input (self-attention: first
+    where one is all it requires, forward(x, kv=None)) or two (a cross-attention's forward(x, memory): the query,
+    and the key that is the value too)."""
     data = entry.inputs
-    if entry.self_attention_probes and len(data_params) == 1:
-        return [("query",)]
+    single = [("query",)] if entry.self_attention_probes and min(len(data_params), required) == 1 else []
+    pair = [("query", "key")] if entry.self_attention_probes and len(data_params) == 2 else []
+    if len(data_params) < len(data) and (single or pair):
+        return single + pair
     if len(data_params) < len(data):
         raise TypeError(
             f"the module's forward takes {data_params} positionally (without defaults), but the reference {level!r} "
@@ -286,7 +296,7 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
     hf = any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__)  # transformers' (no import needed)
     params, mask_params, data, positions = _signature(module, len(entry.inputs))
     mask_params, data, placings = _unnamed_masks(entry, mask_params, data)
-    orders = _orders(entry, level, data)
+    orders = _orders(entry, level, data, sum(p.default is p.empty for p in params if p.name in data))
     assigned = _assigned(mask_params, list(entry.masks))
     if hf and ("decoder_attention_mask" in mask_params or entry.masks == ("tgt",)):
         # transformers' encoder-decoders: attention_mask is the source's padding; the decoder builds its causal
@@ -362,13 +372,16 @@ def _slots(module, example) -> list:
 
 
 def _data(slots: list, level: str) -> list:
-    """The slots holding the level's inputs, in the example's order: the first float tensors of one rank and width,
-    else the first integer tensors of one dtype and rank (a decoder's ids and memory: the first tensors), as many as
-    the level takes (one for a self-attention)."""
+    """The slots holding the level's inputs, in the level's order: where the level takes token ids and the example
+    passes integer tensors, those (the first of one dtype and rank, a decoder's memory its first float tensor), the
+    float ones (media, states, a style) kept as the example gives them; else the first float tensors of one rank and
+    width, else the first integer tensors (a decoder's ids and memory: the first tensors), as many as the level takes
+    (one for a self-attention)."""
     entry = LEVELS[level]
     tensors = [s for s in slots if isinstance(s[2], torch.Tensor) and "mask" not in s[1].lower()]
     floats = [s for s in tensors if s[2].is_floating_point()]
-    first = (floats or tensors or [None])[0]
+    integers = [s for s in tensors if not s[2].is_floating_point() and s[2].dtype != torch.bool]
+    first = (integers if entry.ids and integers else floats or tensors or [None])[0]
     if first is None:
         raise TypeError(
             f"the example passes no tensor the reference {level!r} could take as {list(entry.inputs)}; pass "
@@ -378,7 +391,9 @@ def _data(slots: list, level: str) -> list:
         alike = [s for s in floats if s[2].ndim == first[2].ndim and s[2].shape[-1] == first[2].shape[-1]]
     else:
         alike = [s for s in tensors if s[2].dtype == first[2].dtype and s[2].ndim == first[2].ndim]
-    if "memory" in entry.inputs and len(alike) < len(entry.inputs):  # ids and a memory (a decoder): in their order
+    if entry.ids and integers:  # the ids, then a decoder's memory (its first float tensor)
+        alike = alike[: len(entry.ids)] + floats[: len(entry.inputs) - len(entry.ids)]
+    elif "memory" in entry.inputs and len(alike) < len(entry.inputs):  # ids and a memory (a decoder): in their order
         alike = tensors
     data = alike[: len(entry.inputs)]
     if len(data) < len(entry.inputs) and not (entry.self_attention_probes and len(data) == 1):
@@ -512,17 +527,18 @@ def _bmhk(module, example, data: list, entry) -> bool:
 
 def _extra(value, data, probe_B: int) -> tuple:
     """How an argument that is neither data nor mask is passed: ("fixed", itself), or ("made", a function of
-    (dtype, device)) for rotary tables (recomputed in the run's dtype) and a tensor of the example's batch size on its
-    first axis (repeated to the probe's, `probe_B`)."""
+    (dtype, device)) for rotary tables (recomputed in the run's dtype), a float tensor (in the run's dtype) and a
+    tensor of the example's batch size on its first axis (repeated to the probe's, `probe_B`)."""
     if not isinstance(value, torch.Tensor):
         return "fixed", value
     table = _rope_match(value)
     if table is not None:
         return "made", lambda dtype, device: table[0].to(dtype=dtype, device=device)
     B = data[0][2].shape[0]
-    if value.ndim >= 1 and value.shape[0] == B > 1 and B != probe_B:
-        rows = torch.arange(probe_B) % B
-        return "made", lambda dtype, device: value[rows].to(device)
+    rows = torch.arange(probe_B) % B if value.ndim >= 1 and value.shape[0] == B > 1 and B != probe_B else None
+    if rows is not None or value.is_floating_point():  # a float input (media, a style) in the run's dtype
+        kept = value if rows is None else value[rows]
+        return "made", lambda dtype, device: kept.to(dtype=dtype if kept.is_floating_point() else None, device=device)
     return "fixed", value
 
 

@@ -533,6 +533,7 @@ class Flow:
     routers: dict = field(default_factory=dict)
     calls: list = field(default_factory=list)  # each submodule's calls (Called), in the order they return
     owners: list = field(default_factory=list)  # the paths of the modules that hold parameters of their own
+    aside: set = field(default_factory=set)  # projections of inputs no table's rows reach, where ids are read (_aside)
     beside: list = field(default_factory=list)  # parameters read where the judged output is not computed (_reaching)
 
     def _products(self, weight: str) -> list:  # the products that read `weight`
@@ -1090,11 +1091,13 @@ def _replay(node: Node, replayed: dict):
 
 
 def _feed_forwards(flow: Flow) -> None:
-    """The feed-forward blocks (the module docstring's): plain (ffn_in, ffn_out) or gated (gate, up, down)."""
+    """The feed-forward blocks (the module docstring's): plain (ffn_in, ffn_out) or gated (gate, up, down); none of
+    the projections aside from the stream (_aside)."""
+    flow.aside = _aside(flow)
     for node in flow.nodes:
         w = projection(node)
         operand = next((p for p in node.parents if weight_of(p) is None and p.param is None), None)
-        if w is None or w in flow.roles or w in flow.routers or operand is None:
+        if w is None or w in flow.roles or w in flow.routers or operand is None or w in flow.aside:
             continue
         acted = {projection(n) for n in walk(_activations(node), _behind)}  # those an activation reads, on the way
         shared = {i for i in acted if flow.roles.get(i) in ("q", "k", "v")}  # PaLM's: q, k, v, and the block's in
@@ -1113,6 +1116,19 @@ def _feed_forwards(flow: Flow) -> None:
             gate, up = ins if ins[0] in acted else ins[::-1]
             flow.roles |= {gate: "gate", up: "up", w: "down"}
             flow.blocks.append([gate, up, w])
+
+
+def _aside(flow: Flow) -> set:
+    """Where the ids are read through tables, the weights of the projections no table's rows reach: those of an input
+    beside the ids (a diffusion model's noise level embedded by an MLP, image features projected, a style vector),
+    which condition the stream rather than compute it."""
+    reached = stream(flow.nodes)
+    return {w for n in flow.nodes if (w := projection(n)) and reached and id(n) not in reached}
+
+
+def stream(nodes: list) -> set:
+    """The ids of the nodes a table lookup's rows reach (the ids' stream); empty where no table is read."""
+    return {id(n) for n in walk([n for n in nodes if n.op == "embedding"], lambda n: n.children)}
 
 
 def _halves(product: Node, weight: str) -> dict:

@@ -317,9 +317,8 @@ def module(
             plain, linear = RN.linear_maps(plain, found.flow)  # DoRA, an adapter over a computed base: the linear
             found = recording(plain, level, given, seed, **conventions) if computed or linear else found
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
-            check, choice = no_pad_token(
-                check, choose(check), found, lambda g: prepare(plain, level, g, mapped, found, seed, **conventions)
-            )
+            again = lambda g: prepare(plain, level, g, mapped, found, seed, **conventions)  # noqa: E731
+            check, choice = no_pad_token(check, choose(check), found, again, example)
             result = verdict(check, choice, reference, dtypes)
             sizes = SE.probe_sizes(plain, level, **conventions)
             longer = longer_sizes(check, choice, sizes) if result.passed else None
@@ -363,10 +362,11 @@ def longer_sizes(check: Check, choice: Choice, sizes: Sizes) -> Sizes | None:
     return longer if errors and errors[0][0] > MATCH else None
 
 
-def no_pad_token(check: Check, choice: Choice, found: MP.Structure, again) -> tuple[Check, Choice]:
+def no_pad_token(check: Check, choice: Choice, found: MP.Structure, again, example=None) -> tuple[Check, Choice]:
     """A model of ids reproducing nothing while passed no mask, its pad id assumed (no table's padding_idx, nor the
     caller's) and masked nowhere (no key hidden where the ids end in it): judged again (`again(given)`, a Check) with
-    no padding token (pad_id=None: ids without padding), kept where its output lies closer (all-ones masks built)."""
+    no padding token (pad_id=None: ids without padding), kept where its output lies closer (all-ones masks built);
+    the model recorded as the `example` calls it where one is given."""
     pad, tables = check.model.cfg.pad_id, found.tables
     if (
         choice.matched
@@ -376,7 +376,7 @@ def no_pad_token(check: Check, choice: Choice, found: MP.Structure, again) -> tu
         or pad is None
         or "pad_id" in stated(check.given)
         or any(t.padding_idx is not None for t in tables)
-        or hides_id(check.user, check.level, tables, pad)
+        or hides_id(check.user, check.level, tables, pad, example)
     ):
         return check, choice
     try:

@@ -59,6 +59,12 @@ class Level:
         return self.stacks == ("encoder",)
 
     @property
+    def ids(self) -> tuple:
+        """The inputs its probe gives as token ids: a model's (a decoder's memory is floats), an embedding's."""
+        named = self.group == "model" or self.unit == "embedding"
+        return tuple(n for n in self.inputs if n != "memory") if named else ()
+
+    @property
     def builds_masks(self) -> bool:
         """A whole model on token ids alone may build its own masks (its mask arguments optional)."""
         return self.group == "model" and "memory" not in self.inputs

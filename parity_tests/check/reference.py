@@ -105,7 +105,8 @@ def run_heads(params: dict, p: Probe, cfg, dtype):
 
 def run_attention(params: dict, p: Probe, cfg, dtype):
     q = p.floats["query"]
-    k, v = (q, q) if p.self_attention else (p.floats["key"], p.floats["value"])
+    k = q if p.self_attention else p.floats["key"]
+    v = p.floats.get("value", k)  # a cross-attention's one memory: the key is the value too
     rope = M.rope_for(cfg, q.shape[1], dtype)  # (cos, sin) with rotary positions, else None
     if rope is not None and not p.self_attention:
         raise ValueError("rotary positions need self-attention: one input, T_q = T_k")
@@ -119,6 +120,8 @@ def run_attention(params: dict, p: Probe, cfg, dtype):
         dq, dk, dv, grads = nt.multi_head_attention_backward(dout, cache)
         if p.self_attention:
             return {"query": dq + dk + dv}, grads  # q = k = v: the three paths add
+        if "value" not in p.floats:
+            return {"query": dq, "key": dk + dv}, grads
         return {"query": dq, "key": dk, "value": dv}, grads
 
     return out, backward

@@ -175,12 +175,15 @@ def probes_at(entry: LV.Level, cfg, seed: int, sizes: PR.Sizes) -> dict:
 def probe_of(check: Check, caller) -> LV.Probe:
     """The probe `caller` is run on (cross-, self- or causal self-attention); without the keys' padding where it passes
     no source mask (nothing could hide it): a layer's, a component's, or a model's whose padded source is a float
-    memory (a model builds its masks from the ids' padding)."""
+    memory (a model builds its masks from the ids' padding); without a value where it passes the key alone."""
     key, entry = (caller.self_attention, caller.causal), check.entry
     built = entry.group == "model" and "memory" not in entry.inputs
     if any(m[0] == "src" for m in caller.masks.values()) or caller.call is not None or built:
         return check.probes[key]
-    return check.probes.get(key + ("unpadded",), check.probes[key])
+    p = check.probes.get(key + ("unpadded",), check.probes[key])
+    if caller.order == ("query", "key"):  # a cross-attention of one memory: the value is the key (run_attention)
+        return dataclasses.replace(p, floats={n: v for n, v in p.floats.items() if n != "value"})
+    return p
 
 
 def config_candidates(entry, model: Model, flow, rope: list, given: dict) -> list:
@@ -371,12 +374,14 @@ def own_call(user: nn.Module, example: tuple) -> DF.Flow | None:
         return None
 
 
-def hides_id(user, level: str, tables: list, pad: int) -> bool:
-    """Whether the forward (called with ids alone), recorded on small ids ending in `pad` in every sequence, hides a
-    key from every query of an attention (a padding mask built from the ids); unread (no recording) counts as hiding."""
-    p = PR.model_ids(LV.LEVELS[level].inputs, tables, 2)
+def hides_id(user, level: str, tables: list, pad: int, example=None) -> bool:
+    """Whether the forward (called with ids alone, or as the `example` calls it), recorded on small ids ending in
+    `pad` in every sequence, hides a key from every query of an attention (a padding mask built from the ids); unread
+    (no recording) counts as hiding."""
+    B = probe_sizes(user, level, example).B if example is not None else 2  # the batch its other inputs take
+    p = PR.model_ids(LV.LEVELS[level].inputs, tables, B)
     ids = {n: np.concatenate([v[:, :-1], np.full_like(v[:, -1:], pad)], 1) for n, v in p.ids.items()}
-    flow = read_flow(user, level, lambda caller: dataclasses.replace(p, ids=ids), 16, call=None)[0]
+    flow = read_flow(user, level, lambda caller: dataclasses.replace(p, ids=ids), 16, call=None, example=example)[0]
     seen = [] if flow is None else [s for n in flow.nodes if (s := flow.keys_seen(n)) is not None]
     return flow is None or any(not bool(s.any(0).all()) for s in seen)
 

@@ -89,12 +89,13 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
 
 def _refuse_unlinked(entry, found, links: list) -> None:
     """NoPair at a projection run before the first attention that no link holds (ALBERT's embeddings projected to the
-    layers' width): the reference has no place for its weights, and nothing it judges runs before it. (One after
-    is left to the comparison: a mistake upstream of it is named first.)"""
+    layers' width): the reference has no place for its weights, and nothing it judges runs before it. (One after,
+    or one of an input beside the ids, is left to the comparison: a mistake upstream of it is named first.)"""
     held, flow = {link.user for link in links}, found.flow
     order = flow.order if flow is not None else {}
     start = min((order[w] for a in flow.attentions for w in a.q if w in order), default=0) if flow else 0
-    piece = next((p for p in found.pieces if order.get(p.weight, start) < start and p.weight not in held), None)
+    aside = flow.aside if flow is not None else set()  # an input beside the ids projected: read where it is used
+    piece = next((p for p in found.pieces if order.get(p.weight, start) < start and p.weight not in held | aside), None)
     if piece is not None:
         what = f"{piece.weight} projects {piece.in_features} -> {piece.out_features} features in no attention or "
         what += "feed-forward block (a linear no unit of the reference holds)"

@@ -766,12 +766,33 @@ def _kept(node):
 
 
 def _learned_scale(rec) -> tuple | None:
-    """A tensor multiplied or divided by a learned number (a parameter of one element)."""
+    """A tensor multiplied or divided by a learned number (a parameter of one element), or by an activation of one
+    (Flamingo's tanh(attn_gate) on its cross-attention's output)."""
     for node in (n for n in rec.nodes if n.op in DF.MULS | DF.DIVS and len(n.parents) == 2):
-        number = next((DF.root(p) for p in node.parents if DF.root(p).param and math.prod(DF.root(p).shape) == 1), None)
+        number = next((said for p in node.parents if (said := _number(DF.root(p)))), None)
         if number is not None:
             how = "multiplied" if node.op in DF.MULS else "divided"
-            return node.module, f"a tensor is {how} by a learned scale, {number.param} (one number)"
+            return node.module, f"a tensor is {how} by a learned scale, {number} (one number)"
+    return None
+
+
+def _number(node) -> str:
+    """A learned number as read: its parameter's name, or an activation of it (tanh(attn_gate)); else ""."""
+    if node.param and math.prod(node.shape) == 1:
+        return node.param
+    inner = _number(DF.root(node.parents[0])) if node.op in DF.ACTIVATIONS and len(node.parents) == 1 else ""
+    return f"{node.op}({inner})" if inner else ""
+
+
+def _conditioned(rec) -> tuple | None:
+    """The stream (what the ids' rows reach) multiplied by a tensor projected from one they never reach (FiLM's
+    gamma x + beta from a style vector, a modulation from a conditioning input): said where the product is taken."""
+    stream = DF.stream(rec.nodes)
+    for node in (n for n in rec.nodes if n.op in DF.MULS and len(n.parents) == 2 and id(n) in stream):
+        weights = [w for p in node.parents if id(p) not in stream for w in DF.back(p)[0]]
+        if weights:
+            what = f"the stream is multiplied by a tensor {', '.join(weights)} computes from an input the ids do not"
+            return node.module, f"{what} reach (a conditioning: FiLM's scale and shift)"
     return None
 
 
@@ -1390,6 +1411,6 @@ FINDS = (
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
-    _running_sum, _learned_scale, _pooled, _picked, _feature_head, _uncalled, _prepended, _shifted_copies,
+    _running_sum, _learned_scale, _conditioned, _pooled, _picked, _feature_head, _uncalled, _prepended, _shifted_copies,
     _recurrence,
 )  # fmt: skip

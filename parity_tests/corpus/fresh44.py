@@ -83,6 +83,14 @@ it" (the latents named, the reason not the queries being learned) and f44_soft_p
 4 -> 32 features in no attention or feed-forward block (a linear no unit of the reference holds)" (the parameter
 named, read as a Linear's weight rather than rows joined by a cat).
 
+Fixed since: an example's call puts the level's probe only in the place of the inputs it takes (a model's ids in
+its integer tensors), the other inputs kept as given (float ones in the run's dtype, repeated to the probe's
+batch), the padding read on that call too; projections of an input the ids' rows never reach (media, states, a
+style, a noise level) are read as conditioning, no feed-forward of a layer, and a product of the stream with one
+(FiLM's scale) or with an activation of a learned number (tanh(attn_gate)) is no pair where it is taken. An
+attention's forward(x, kv=None) is called with x alone first (a self-attention), and a forward(x, media) as the
+query and one memory, the reference's value its key.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
