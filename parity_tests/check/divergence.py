@@ -108,11 +108,14 @@ def attention_place(links, unit: str, target: str) -> str:
     """Where an attention unit's divergence is named: its hooked module, or where that is its output projection
     (BERT's attention.output holds the dense layer and the LayerNorm) the module holding its q, k and v projections
     (BERT's attention.self), or where that holds another unit's too (PaLM's, with the feed-forward) the one around
-    it and the output projection."""
+    it and the output projection. A projection other attentions read too (every layer's keys and values projected
+    once, sliced per layer) is none's: the place is around the rest."""
     if _out_projections(links).get(unit) != target:
         return target
     held = _held(links)
     qkv = [path for ref, path in held if unit_of(ref) == unit and ref.split(".")[-2] in PROJECTIONS[:3]]
+    others = {path for ref, path in held if unit_of(ref) != unit and unit_of(ref).endswith("_attn")}
+    qkv = [path for path in qkv if path not in others] or qkv
     shared = {path for ref, path in held if unit_of(ref) != unit} & set(qkv)
     if len(set(qkv)) == 1 and not shared:  # one Linear holds q, k and v (vit-pytorch's to_qkv): the module around
         return _lca(qkv + [target]) or qkv[0]  # it and the output projection, where that is not the whole module
