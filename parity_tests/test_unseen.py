@@ -106,10 +106,6 @@ TODAY |= {  # fresh44: conditioning inside transformers
     "f44_flamingo.cross_attn.inner": "could not judge: kv=None read as without a default",
     "f44_flamingo.cross_attn.inner.softmax_over_queries": "could not judge: kv=None read as without a default",
     "f44_film_encoder": "could not judge: ids put in the float style's place (Long and Float)",
-    "f44_film_encoder.layer.unbiased_variance": "no id, no op: unexplained at (the module), the norm run in a method",
-    "f44_cached_cross_seq2seq": "unexplained at decoder.0.cross_attn.o_proj: memory_kv mapped as layer 0's q, v",
-    "f44_cached_cross_seq2seq.wrong_scale_second_cross": "unexplained at decoder.0.cross_attn.o_proj (the map)",
-    "f44_cached_cross_seq2seq.not_causal_second_decoder_layer": "unexplained at decoder.0.cross_attn.o_proj (the map)",
 }
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
