@@ -83,6 +83,7 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
         return cfg, *mapped, fixed
     linker = Linker(entry, cfg, units, found)
     _link(linker)
+    linker.unread()
     _refuse_unlinked(entry, found, linker.links)
     return cfg, linker.links, linker.zero, fixed
 
@@ -866,7 +867,7 @@ class Linker:
             parts.append((names[r], (i * n, (i + 1) * n) if many else None))
         held = attention["columns"].get(piece.weight, {})
         runs = _runs(held, names, piece.out_features, heads * bool(latent)) if set(held) == set(rows) else []
-        if piece.weight in attention["sliced"]:
+        if piece.weight in attention["sliced"] and runs:
             self._place(piece, runs)
             return
         ordered = [run[1:] for run in runs] if len(runs) > 3 or runs and latent else list(dict.fromkeys(parts))
@@ -878,6 +879,17 @@ class Linker:
         self.placed.setdefault(piece.weight, []).extend(runs)
         self.links = [k for k in self.links if k.user not in (piece.weight, piece.bias)]
         self.piece(piece, [run[1:] for run in sorted(self.placed[piece.weight])], self.cfg.bias)
+
+    def unread(self) -> None:
+        """A ValueError where a sliced projection has rows no attention read (the reference has no place for them)."""
+        for weight, runs in self.placed.items():
+            rows = next(p.out_features for p in self.found.pieces if p.weight == weight)
+            read = sum(stop - start for _, _, (start, stop) in runs)
+            if read != rows:
+                raise ValueError(
+                    f"{weight} ({rows} rows) is sliced among the attentions, which read {read} of its rows: the "
+                    "reference has no place for the others; pass mapping="
+                )
 
     def layer(self, prefix: str, decoder: bool) -> None:
         """A layer's attentions (a decoder's two), feed-forward block and norms, in the order they run."""
