@@ -1147,21 +1147,23 @@ def _prepended(rec) -> tuple | None:
     make: prompt tuning's virtual tokens beside the token embeddings, prefix tuning's learned keys and values beside
     an attention's own; positions no reference level has, said where they are joined, naming the table."""
     for node in (n for n in rec.nodes if n.op == "cat" and len(n.shape) > 2 and len(n.parents) > 1):
-        shared = [_learned_rows(p) for p in node.parents]
+        tokens = any(_read_ids(n) for n in DF.walk(node.parents, lambda n: n.parents))  # ids the module was given
+        shared = [_learned_rows(p, tokens) for p in node.parents]
         if any(shared) and not all(shared):
             return node.module, f"{next(filter(None, shared))} put beside {_cat_made(node)} (a cat)"
     return None
 
 
-def _learned_rows(node) -> str:
+def _learned_rows(node, tokens: bool) -> str:
     """What `node` is where it is the same learned rows for every sequence, in the user's terms: a table's rows
-    looked up with one row list (prompt tuning's arange(P)), or a parameter of 2+ axes itself (a soft prompt's,
-    expanded over the batch); "" for anything else."""
+    looked up with one row list (prompt tuning's arange(P)), or, beside what the given ids make (`tokens`: not a
+    ViT's class token beside its patches), a parameter of 2+ axes itself (a soft prompt's, expanded over the
+    batch); "" for anything else."""
     seen = DF.root(node)
     table = DF.weight_of(seen.parents[-1]) if seen.op == "embedding" else None
     if table and getattr(seen.value, "ndim", 0) == 1:
         return f"{table.rpartition('.')[0]}'s rows"
-    if seen.param is not None and len(seen.shape) >= 2:
+    if tokens and seen.param is not None and len(seen.shape) >= 2:
         return f"the {seen.shape[-2]} learned rows of {seen.param} (a parameter)"
     return ""
 
