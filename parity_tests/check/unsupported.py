@@ -1163,7 +1163,9 @@ def _learned_rows(node, tokens: bool) -> str:
     table = DF.weight_of(seen.parents[-1]) if seen.op == "embedding" else None
     if table and getattr(seen.value, "ndim", 0) == 1:
         return f"{table.rpartition('.')[0]}'s rows"
-    if tokens and seen.param is not None and len(seen.shape) >= 2:
+    views = DF.walk([node], lambda n: n.parents[:1] if n.param is None and n.op in DF.VIEWS else [])
+    whole = not any(n.op == "__getitem__" and isinstance(n.value, np.ndarray) for n in views)  # not W[ids]
+    if tokens and whole and seen.param is not None and len(seen.shape) >= 2:
         return f"the {seen.shape[-2]} learned rows of {seen.param} (a parameter)"
     return ""
 
@@ -1174,9 +1176,10 @@ def _learned_queries(rec) -> tuple | None:
     for a in rec.attentions:
         read = next((n for n in rec.nodes if a.q and DF.projection(n) == a.q[0]), None)
         x = next((p for p in read.parents if DF.weight_of(p) is None), None) if read is not None else None
-        params = [n for n in DF.walk([x], lambda n: n.parents) if n.param is not None] if x is not None else []
-        rows = [n for n in params if len(n.shape) >= 2]
-        if rows and not _given(x):
+        up = list(DF.walk([x], lambda n: n.parents)) if x is not None else []
+        rows = [n for n in up if n.param is not None and len(n.shape) >= 2]
+        looked = any(n.op in ("embedding", "__getitem__") and isinstance(n.value, np.ndarray) for n in up)  # W_E[ids]
+        if rows and not looked and not _given(x):
             name = rows[0].param or ""
             what = f"the {rows[0].shape[-2]} learned rows of {name} (a parameter), no input of the module"
             return name.rpartition(".")[0], f"the queries of the attention in {a.module or 'it'} are {what}"
