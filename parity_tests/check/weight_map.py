@@ -45,7 +45,7 @@ def note(link: Link) -> str:
     Dh)" or ", q/k features of each head in the order o_0 o_1 ..." (Link.rope_order). Rows of several units (a
     projection sliced per layer): "fused rows" and each part's full name."""
     roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in link.parts if "." in n]
-    if len({n.rsplit(".", 2)[0] for n, _ in link.parts}) > 1:  # several units' (a projection sliced per layer)
+    if len({_unit(n) for n, _ in link.parts}) > 1:  # several units' (a projection sliced per layer)
         text = "fused rows " + ", ".join(n.rpartition(".")[0] for n, _ in link.parts)
     elif len(set(roles)) > 1 and len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's, head by head
         text = f"fused rows {', '.join(roles[:3])}, head by head"
@@ -66,13 +66,18 @@ def note(link: Link) -> str:
     return text + (f", RoPE pairs interleaved (head size {link.rope_pairs})" if link.rope_pairs else order)
 
 
+def _unit(name: str) -> str:
+    """The reference unit a tensor name is of: its path less the tensor and its projection ("" at the top)."""
+    return ".".join(name.split(".")[:-2])
+
+
 def _reference_name(link: Link) -> str:
     """One reference name, or a fused projection's as {q,k,v}_proj.weight."""
     names = list(dict.fromkeys(n for n, _ in link.parts))
     if len(names) == 1:
         return names[0]
     split = [n.split(".") for n in names]
-    if len({n.rsplit(".", 2)[0] for n in names}) > 1 and len(set(map(len, split))) == 1:  # several units': braced
+    if len(set(map(_unit, names))) > 1 and len(set(map(len, split))) == 1:  # several units': braced
         words = (list(dict.fromkeys(c)) for c in zip(*split, strict=True))
         return ".".join(f"{{{','.join(w)}}}" if len(w) > 1 else w[0] for w in words)
     parts = names[0].split(".")
