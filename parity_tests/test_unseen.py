@@ -77,13 +77,6 @@ CORPORA += (fresh43, fresh44)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh44: conditioning inside transformers
-    "f44_film_encoder.layer.unbiased_variance": "no id, no op: unexplained at (the module), the norm run in a method",
-    "f44_cached_cross_seq2seq": "unexplained at decoder.0.cross_attn.o_proj: memory_kv mapped as layer 0's q, v",
-    "f44_cached_cross_seq2seq.wrong_scale_second_cross": "unexplained at decoder.0.cross_attn.o_proj (the map)",
-    "f44_cached_cross_seq2seq.not_causal_second_decoder_layer": "unexplained at decoder.0.cross_attn.o_proj (the map)",
-}
-
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
 SLOW = {
     "inference_llama", "table_lm.softmax_wrong_axis", "table_lm.dropout_active_in_eval", "gemma_lm.activation_on_up",

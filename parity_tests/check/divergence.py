@@ -108,11 +108,14 @@ def attention_place(links, unit: str, target: str) -> str:
     """Where an attention unit's divergence is named: its hooked module, or where that is its output projection
     (BERT's attention.output holds the dense layer and the LayerNorm) the module holding its q, k and v projections
     (BERT's attention.self), or where that holds another unit's too (PaLM's, with the feed-forward) the one around
-    it and the output projection."""
+    it and the output projection. A projection other attentions read too (every layer's keys and values projected
+    once, sliced per layer) is none's: the place is around the rest."""
     if _out_projections(links).get(unit) != target:
         return target
     held = _held(links)
     qkv = [path for ref, path in held if unit_of(ref) == unit and ref.split(".")[-2] in PROJECTIONS[:3]]
+    others = {path for ref, path in held if unit_of(ref) != unit and unit_of(ref).endswith("_attn")}
+    qkv = [path for path in qkv if path not in others] or qkv
     shared = {path for ref, path in held if unit_of(ref) != unit} & set(qkv)
     if len(set(qkv)) == 1 and not shared:  # one Linear holds q, k and v (vit-pytorch's to_qkv): the module around
         return _lca(qkv + [target]) or qkv[0]  # it and the output projection, where that is not the whole module
@@ -134,11 +137,23 @@ def capture(check, choice, dtype=np.float64) -> dict:
     with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], keep), unvmapped():
         run_user(check, choice.layout, choice.caller, dtype)
     B, T = next(iter(choice.probe.ids.values())).shape if choice.probe.ids else (0, 0)
-    uncalled = {u: p for u, p in targets.items() if u not in calls and isinstance(modules.get(p), CONTAINERS)}
-    if uncalled:  # containers no code calls (Flax's params tree): their attentions read from the recorded forward
+    norms = {s.unit for s in _stages(check, choice) if s.kind == "norm"}
+    uncalled = {u: p for u, p in targets.items() if u not in calls and p in modules}
+    uncalled = {u: p for u, p in uncalled.items() if isinstance(modules[p], CONTAINERS) or u in norms}
+    if uncalled:  # containers no code calls (Flax's params tree), norms whose parameters another module's code reads
         flow = DF.record(lambda: run_user(check, choice.layout, choice.caller, dtype), modules[""])
-        calls |= {u: [c] for u, p in uncalled.items() if (c := _attention_call(flow, p, modules[p])) is not None}
+        read = [(u, (_norm_call if u in norms else _attention_call)(flow, p, modules[p])) for u, p in uncalled.items()]
+        calls |= {u: [c] for u, c in read if c is not None}
     return {u: batched(c, B, T, choice.caller.batch_first) for u, c in calls.items()}
+
+
+def _norm_call(flow, path: str, module) -> Call | None:
+    """The Call of a norm whose module never runs (its weight and bias read by its parent's own code): its output
+    the last op reading its parameters (the bias added); its input left to the reference's (situated)."""
+    out = next((n for n in reversed(flow.nodes) if any(_inside(DF.root(p).param or "", path) for p in n.parents)), None)
+    if out is None or out.index not in flow.values:
+        return None
+    return Call(module, (), {}, flow.values[out.index])
 
 
 def _attention_call(flow, path: str, module) -> Call | None:

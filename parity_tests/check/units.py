@@ -83,6 +83,7 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
         return cfg, *mapped, fixed
     linker = Linker(entry, cfg, units, found)
     _link(linker)
+    linker.unread()
     _refuse_unlinked(entry, found, linker.links)
     return cfg, linker.links, linker.zero, fixed
 
@@ -159,6 +160,7 @@ def _units(entry, found, units: Units) -> None:
         units.attentions = [
             {r: _pieces(by, getattr(a, r), a.module) for r in ROLES}
             | {"columns": a.columns, "sinks": _sinks(flow, a, found.names), "latent": _latent(by, a, units)}
+            | {"sliced": _sliced(flow.attentions, a)}
             for a in flow.attentions
         ]
         _queries_first(units.attentions)
@@ -327,11 +329,23 @@ def _unchosen(by: dict, mixture: Mixture) -> None:
         mixture.experts = [found[n] for n in sorted(found)]
 
 
+def _sliced(attentions: list, attention) -> set:
+    """The fused weights of `attention` whose rows it reads are not those another attention reads of the same weight
+    (columns_held): one projection sliced per layer (the keys and values of every decoder layer's cross-attention
+    projected once from the memory), each attention's part its rows alone."""
+    held = lambda a, w: {c for cols in a.columns.get(w, {}).values() for c in cols}  # noqa: E731
+    return {w for w in attention.columns for a in attentions if a is not attention and held(a, w) - held(attention, w)}
+
+
 def _queries_first(attentions: list) -> None:
     """Queries narrower than the keys they score are K Q^T of grouped keys: q and k exchanged, as the reference's
-    (not latent attention's, whose keys are its up projection's)."""
+    (not latent attention's, whose keys are its up projection's; a sliced projection's keys: the rows they read)."""
     for a in attentions:
-        if len(a["q"]) == len(a["k"]) == 1 and a["q"][0].out_features < a["k"][0].out_features and not a["latent"]:
+        k = a["k"][0] if len(a["k"]) == 1 else None
+        wide = 0 if k is None else k.out_features
+        if k is not None and k.weight in a["sliced"]:
+            wide = len(a["columns"][k.weight].get("k", ()))
+        if len(a["q"]) == 1 and a["q"][0].out_features < wide and not a["latent"]:
             a["q"], a["k"] = a["k"], a["q"]
 
 
@@ -655,6 +669,7 @@ def _rows(attention: dict, piece, width: int) -> dict:
     roles = [r for r in "qkv" if any(p is piece for p in attention[r])]
     held = attention["columns"].get(piece.weight, {})
     first = sorted(c for cols in held.values() for c in cols) == list(range(sum(map(len, held.values()))))
+    first = first or piece.weight in attention["sliced"]  # a sliced projection's rows: as read, wherever they sit
     if set(held) == set(roles) and first and sum(map(len, held.values())) <= piece.out_features:
         return {r: len(held[r]) for r in roles}  # the rows after them a feed-forward block's (PaLM's fused projection)
     width = piece.out_features if attention["latent"] else width  # MLA's queries: H (nope + rope) rows
@@ -672,16 +687,17 @@ def _rows(attention: dict, piece, width: int) -> dict:
 
 def _runs(held: dict, names: dict, rows: int, heads: int = 0) -> list:
     """A fused piece's parts from the output features each role holds (dataflow.columns_held): its rows in order,
-    runs of one role's consecutive rows merged (q | k | v: three parts; GPT-NeoX's: three per head). With `heads`:
-    MLA's up projection, each of the reference's heads its k rows then its v rows (kv_b_proj)."""
+    runs of one role's consecutive rows merged (q | k | v: three parts; GPT-NeoX's: three per head), each as (its
+    first row, name, rows). With `heads`: MLA's up projection, each of the reference's heads its k rows then its v
+    rows (kv_b_proj)."""
     width = {r: len(cols) // heads for r, cols in held.items()} if heads else {}
     parts: list = []
-    for _, r, j in sorted((c, r, j) for r, cols in held.items() for j, c in enumerate(cols))[:rows]:  # row c
+    for c, r, j in sorted((c, r, j) for r, cols in held.items() for j, c in enumerate(cols))[:rows]:  # row c
         j = j // width[r] * sum(width.values()) + width["k"] * (r == "v") + j % width[r] if heads else j
-        if parts and parts[-1][0] == names[r] and parts[-1][1][1] == j:
-            parts[-1] = (names[r], (parts[-1][1][0], j + 1))
+        if parts and parts[-1][1] == names[r] and parts[-1][2][1] == j:
+            parts[-1] = (parts[-1][0], names[r], (parts[-1][2][0], j + 1))
         else:
-            parts.append((names[r], (j, j + 1)))
+            parts.append((c, names[r], (j, j + 1)))
     return parts
 
 
@@ -696,6 +712,7 @@ class Linker:
         self.links: list = []
         self.zero: list = []
         self.since = 0  # the index in `links` where the layer being linked begins
+        self.placed: dict = {}  # a sliced projection's weight -> the runs of its rows linked so far (_place)
         learned = [t for t in units.position_tables if t.trainable]
         self.left = {
             "attention": iter(units.attentions), "norm": iter(units.norms), "feed-forward block": iter(units.blocks),
@@ -808,23 +825,17 @@ class Linker:
         if set(held) != {"gate", "up"} or sum(map(len, held.values())) != piece.out_features:
             return []
         runs = _runs(held, {"gate": f"{prefix}gate", "up": f"{prefix}linear1"}, piece.out_features)
-        return runs if len(runs) > 2 else []
+        return [run[1:] for run in runs] if len(runs) > 2 else []
 
     def attention(self, attention: dict, prefix: str) -> None:
         """One attention's pieces linked to the reference's {q,k,v,out}_proj under `prefix`, then its per-head q and
         k norms (Qwen3's). A piece holding several roles is their rows stacked, q | k | v (another order is
         attention.q_k_swapped) or head by head as the flow read it (GPT-NeoX's); a role's per-head piece its rows."""
-        latent, heads = attention["latent"], self.cfg.n_heads
+        latent = attention["latent"]
         stems = {"k": "kv_b", "v": "kv_b", "q": "q_b" if latent[2:] else "q"} if latent else {}  # MLA's
         names = {r: f"{prefix}{stems.get(r, r)}_proj" for r in ROLES}
         for piece in _qkv(attention):
-            parts, rows = [], _rows(attention, piece, self.units.width)
-            for r, n in rows.items():
-                i, many = next(i for i, p in enumerate(attention[r]) if p is piece), len(attention[r]) > 1
-                parts.append((names[r], (i * n, (i + 1) * n) if many else None))
-            held = attention["columns"].get(piece.weight, {})
-            runs = _runs(held, names, piece.out_features, heads * bool(latent)) if set(held) == set(rows) else []
-            self.piece(piece, runs if len(runs) > 3 or runs and latent else list(dict.fromkeys(parts)), self.cfg.bias)
+            self._projection(attention, piece, names)
         for name, down, norm in zip(("kv_a", "q_a"), latent[::2], latent[1::2], strict=False):  # MLA's, and norms
             self.piece(down, [(f"{prefix}{name}_proj", None)], False)  # kv_a: the latent, then the rotary key part
             self.norm(norm, f"{prefix}{name}_norm.")
@@ -847,6 +858,39 @@ class Linker:
                 raise NoPair(norm.module, what, self.entry.name)
             if norm is not None:
                 self.norm(norm, f"{prefix}{role}_norm.")
+
+    def _projection(self, attention: dict, piece, names: dict) -> None:
+        """One q, k or v piece of `attention` (a fused one's roles' rows as the flow read them), linked to `names`."""
+        latent, heads = attention["latent"], self.cfg.n_heads
+        parts, rows = [], _rows(attention, piece, self.units.width)
+        for r, n in rows.items():
+            i, many = next(i for i, p in enumerate(attention[r]) if p is piece), len(attention[r]) > 1
+            parts.append((names[r], (i * n, (i + 1) * n) if many else None))
+        held = attention["columns"].get(piece.weight, {})
+        runs = _runs(held, names, piece.out_features, heads * bool(latent)) if set(held) == set(rows) else []
+        if piece.weight in attention["sliced"] and runs:
+            self._place(piece, runs)
+            return
+        ordered = [run[1:] for run in runs] if len(runs) > 3 or runs and latent else list(dict.fromkeys(parts))
+        self.piece(piece, ordered, self.cfg.bias)
+
+    def _place(self, piece, runs: list) -> None:
+        """A sliced projection's parts (_sliced): this attention's `runs` among those other attentions took, all in
+        the order of the user's rows (each layer's keys and values wherever the user's layout puts them)."""
+        self.placed.setdefault(piece.weight, []).extend(runs)
+        self.links = [k for k in self.links if k.user not in (piece.weight, piece.bias)]
+        self.piece(piece, [run[1:] for run in sorted(self.placed[piece.weight])], self.cfg.bias)
+
+    def unread(self) -> None:
+        """A ValueError where a sliced projection has rows no attention read (the reference has no place for them)."""
+        for weight, runs in self.placed.items():
+            rows = next(p.out_features for p in self.found.pieces if p.weight == weight)
+            read = sum(stop - start for _, _, (start, stop) in runs)
+            if read != rows:
+                raise ValueError(
+                    f"{weight} ({rows} rows) is sliced among the attentions, which read {read} of its rows: the "
+                    "reference has no place for the others; pass mapping="
+                )
 
     def layer(self, prefix: str, decoder: bool) -> None:
         """A layer's attentions (a decoder's two), feed-forward block and norms, in the order they run."""

@@ -555,7 +555,8 @@ def _normalised_weight(rec) -> tuple | None:
         weight = DF.weight_of(node.parents[0])
         value = rec.values.get(node.index)
         rows = value is not None and torch.allclose(value.detach().double().norm(dim=-1), torch.tensor(1.0).double())
-        if any(n.op in DF.PRODUCTS for n in DF.walk(node.children, lambda n: n.children if n.op in DF.VIEWS else [])):
+        ahead = DF.walk(node.children, lambda n: n.children if n.op in DF.VIEWS else [])
+        if any(n.op in DF.PRODUCTS and not DF.projection(n) for n in ahead):  # read as a weight, not another's input
             said = f"scales each row of {weight} to unit length" if rows else f"normalises {weight}"
             return weight.rpartition(".")[0], f"{node.op}({weight}) {said} before a product reads it"
     return None
@@ -1167,10 +1168,42 @@ def _prepended(rec) -> tuple | None:
     make: prompt tuning's virtual tokens beside the token embeddings, prefix tuning's learned keys and values beside
     an attention's own; positions no reference level has, said where they are joined, naming the table."""
     for node in (n for n in rec.nodes if n.op == "cat" and len(n.shape) > 2 and len(n.parents) > 1):
-        looked = [(r, DF.weight_of(r.parents[-1]) if r.op == "embedding" else None) for r in map(DF.root, node.parents)]
-        shared = [w for r, w in looked if w and getattr(r.value, "ndim", 0) == 1]  # one row list for all sequences
-        if shared and any(not w or getattr(r.value, "ndim", 0) != 1 for r, w in looked):
-            return node.module, f"{shared[0].rpartition('.')[0]}'s rows put beside {_cat_made(node)} (a cat)"
+        tokens = any(_read_ids(n) for n in DF.walk(node.parents, lambda n: n.parents))  # ids the module was given
+        shared = [_learned_rows(p, tokens) for p in node.parents]
+        if any(shared) and not all(shared):
+            return node.module, f"{next(filter(None, shared))} put beside {_cat_made(node)} (a cat)"
+    return None
+
+
+def _learned_rows(node, tokens: bool) -> str:
+    """What `node` is where it is the same learned rows for every sequence, in the user's terms: a table's rows
+    looked up with one row list (prompt tuning's arange(P)), or, beside what the given ids make (`tokens`: not a
+    ViT's class token beside its patches), a parameter of 2+ axes itself (a soft prompt's, expanded over the
+    batch); "" for anything else."""
+    seen = DF.root(node)
+    table = DF.weight_of(seen.parents[-1]) if seen.op == "embedding" else None
+    if table and getattr(seen.value, "ndim", 0) == 1:
+        return f"{table.rpartition('.')[0]}'s rows"
+    views = DF.walk([node], lambda n: n.parents[:1] if n.param is None and n.op in DF.VIEWS else [])
+    whole = not any(n.op == "__getitem__" and isinstance(n.value, np.ndarray) for n in views)  # not W[ids]
+    if tokens and whole and seen.param is not None and len(seen.shape) >= 2:
+        return f"the {seen.shape[-2]} learned rows of {seen.param} (a parameter)"
+    return ""
+
+
+def _learned_queries(rec) -> tuple | None:
+    """An attention whose queries read none of the module's inputs, only a parameter's rows (a Perceiver
+    resampler's or a Q-Former's learned latents): the reference's queries are the sequence's own states."""
+    for a in rec.attentions:
+        read = next((n for n in rec.nodes if a.q and DF.projection(n) == a.q[0]), None)
+        x = next((p for p in read.parents if DF.weight_of(p) is None), None) if read is not None else None
+        up = list(DF.walk([x], lambda n: n.parents)) if x is not None else []
+        rows = [n for n in up if n.param is not None and len(n.shape) >= 2]
+        looked = any(n.op in ("embedding", "__getitem__") and isinstance(n.value, np.ndarray) for n in up)  # W_E[ids]
+        if rows and not looked and not _given(x):
+            name = rows[0].param or ""
+            what = f"the {rows[0].shape[-2]} learned rows of {name} (a parameter), no input of the module"
+            return name.rpartition(".")[0], f"the queries of the attention in {a.module or 'it'} are {what}"
     return None
 
 
@@ -1412,5 +1445,5 @@ FINDS = (
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
     _running_sum, _learned_scale, _conditioned, _pooled, _picked, _feature_head, _uncalled, _prepended, _shifted_copies,
-    _recurrence,
+    _recurrence, _learned_queries,
 )  # fmt: skip

@@ -42,9 +42,12 @@ def note(link: Link) -> str:
     """The link's layout as the report prints it and _from_note reads back: "as is", "rows a:b", "fused rows q, k, v",
     "after N unread rows", "minus 1 (...)"; then ", transposed", ", split into H heads" (a 3-axis tensor; ", each
     transposed": (H, in, Dh); ", stored in the axis order a b c": Link.axes), ", RoPE pairs interleaved (head size
-    Dh)" or ", q/k features of each head in the order o_0 o_1 ..." (Link.rope_order)."""
+    Dh)" or ", q/k features of each head in the order o_0 o_1 ..." (Link.rope_order). Rows of several units (a
+    projection sliced per layer): "fused rows" and each part's full name."""
     roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in link.parts if "." in n]
-    if len(set(roles)) > 1 and len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's, head by head
+    if len({_unit(n) for n, _ in link.parts}) > 1:  # several units' (a projection sliced per layer)
+        text = "fused rows " + ", ".join(n.rpartition(".")[0] for n, _ in link.parts)
+    elif len(set(roles)) > 1 and len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's, head by head
         text = f"fused rows {', '.join(roles[:3])}, head by head"
     elif len(set(roles)) == 2 < len(roles) and roles == roles[:2] * (len(roles) // 2):  # gate, up interleaved
         text = f"fused rows {', '.join(roles[:2])}, row by row"
@@ -63,11 +66,20 @@ def note(link: Link) -> str:
     return text + (f", RoPE pairs interleaved (head size {link.rope_pairs})" if link.rope_pairs else order)
 
 
+def _unit(name: str) -> str:
+    """The reference unit a tensor name is of: its path less the tensor and its projection ("" at the top)."""
+    return ".".join(name.split(".")[:-2])
+
+
 def _reference_name(link: Link) -> str:
     """One reference name, or a fused projection's as {q,k,v}_proj.weight."""
     names = list(dict.fromkeys(n for n, _ in link.parts))
     if len(names) == 1:
         return names[0]
+    split = [n.split(".") for n in names]
+    if len(set(map(_unit, names))) > 1 and len(set(map(len, split))) == 1:  # several units': braced
+        words = (list(dict.fromkeys(c)) for c in zip(*split, strict=True))
+        return ".".join(f"{{{','.join(w)}}}" if len(w) > 1 else w[0] for w in words)
     parts = names[0].split(".")
     prefix = ".".join(parts[:-2]) + "." if len(parts) > 2 else ""
     stems = list(dict.fromkeys(n.split(".")[-2] for n in names))  # head by head: each role once
@@ -127,7 +139,7 @@ def _from_note(user: str, ref: str, note: str) -> Link:
         prefix, kind = ref.split("{")[0], ref.rsplit(".", 1)[-1]
         roles = [r.strip() for r in note.removeprefix("fused rows").split(",") if r.strip() != "transposed"]
         suffix = "_proj" if "}_proj." in ref else ""
-        parts: list = [(f"{prefix}{r}{suffix}.{kind}", None) for r in roles]
+        parts: list = [(f"{r}.{kind}" if "." in r else f"{prefix}{r}{suffix}.{kind}", None) for r in roles]
     elif note.startswith("rows"):
         parts = [(ref, (int(start), int(stop))) for start, stop in re.findall(r"(\d+):(\d+)", note)]
     else:

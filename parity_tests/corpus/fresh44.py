@@ -91,6 +91,15 @@ style, a noise level) are read as conditioning, no feed-forward of a layer, and 
 attention's forward(x, kv=None) is called with x alone first (a self-attention), and a forward(x, media) as the
 query and one memory, the reference's value its key.
 
+Also fixed since: one projection whose output is sliced per layer is read from the columns each attention takes of it
+(dataflow.columns_held): every layer's cross-attention holds its own k and v rows of ``memory_kv``, linked in the
+order of the user's rows and printed as such; the keys are measured by those rows, not by the whole projection, so
+the queries are no longer exchanged with them; a mistake is named at the module around the rest
+(``decoder.1.cross_attn``). A norm whose module never runs, its weight and bias read by its parent's own code, is
+judged in situ at the last op reading them in the recorded forward, so its catalogue variants are reached and named
+at ``norm1``. The resampler's no pair now says its attention's queries are the learned rows of ``latents`` (no input
+of the module), and the soft prompt's that its rows are put beside the tokens' embeddings by a cat.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
