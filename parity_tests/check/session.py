@@ -378,8 +378,8 @@ def hides_id(user, level: str, tables: list, pad: int, example=None) -> bool:
     """Whether the forward (called with ids alone, or as the `example` calls it), recorded on small ids ending in
     `pad` in every sequence, hides a key from every query of an attention (a padding mask built from the ids); unread
     (no recording) counts as hiding."""
-    B = probe_sizes(user, level, example).B if example is not None else 2  # the batch its other inputs take
-    p = PR.model_ids(LV.LEVELS[level].inputs, tables, B)
+    sizes = probe_sizes(user, level, example) if example is not None else None  # the sizes its other inputs take
+    p = PR.model_ids(LV.LEVELS[level].inputs, tables, sizes.B if sizes else 2, sizes.T_K if sizes else None)
     ids = {n: np.concatenate([v[:, :-1], np.full_like(v[:, -1:], pad)], 1) for n, v in p.ids.items()}
     flow = read_flow(user, level, lambda caller: dataclasses.replace(p, ids=ids), 16, call=None, example=example)[0]
     seen = [] if flow is None else [s for n in flow.nodes if (s := flow.keys_seen(n)) is not None]
