@@ -1318,13 +1318,18 @@ def _pattern(rec) -> tuple | None:
             return node.module, f"the mask lets each query read {said}"
         past = None if causal else _form(seen & (d >= 0), d, True, reference=True)
         if past:
-            later = "; ".join(f"{q}: {', '.join(map(str, (seen[q] & (d[q] < 0)).nonzero().flatten().tolist()))}"
-                              for q in range(len(seen)) if bool((seen[q] & (d[q] < 0)).any()))  # fmt: skip
+            later = _listed(seen & (d < 0))
             return node.module, f"the mask lets queries read later keys (query: keys after it: {later}) besides {past}"
-        rows = "; ".join(f"{q}: {', '.join(map(str, seen[q].nonzero().flatten().tolist()))}" for q in range(len(seen)))
         what = "earlier keys otherwise than a causal window" if causal else "keys otherwise than a band either side"
-        return node.module, f"the mask hides {what} (each query's keys: {rows})"
+        return node.module, f"the mask hides {what} (each query's keys: {_listed(seen)})"
     return None
+
+
+def _listed(keys: torch.Tensor) -> str:
+    """The keys each query of `keys` (T, T) reads, "query: key, key; ...", for the queries that read any."""
+    return "; ".join(
+        f"{q}: {', '.join(map(str, row.nonzero().flatten().tolist()))}" for q, row in enumerate(keys) if row.any()
+    )
 
 
 def _form(seen: torch.Tensor, d: torch.Tensor, causal: bool, reference: bool = False) -> str | None:
