@@ -120,3 +120,43 @@ def test_the_probe_takes_its_sizes_from_the_example_and_leaves_the_defaults_alon
     assert result.passed, str(result)
     assert {shape for shape, _, _ in seen} == {(4, 7, D)}, seen
     assert {(sizes, B) for _, sizes, B in seen} == {(probes.Sizes(), 3)}, seen
+
+
+class _PositionsGiven(nn.Module):
+    """A Llama whose forward takes its position ids (input_ids, position_ids, attention_mask), as a generation loop
+    calls it."""
+
+    def __init__(self, second: str = "ok") -> None:
+        super().__init__()
+        from parity_tests.corpus import fresh43
+
+        torch.manual_seed(0)
+        self.body = fresh43._jitter(fresh43.LlamaBody(second))
+        self.prepare = fresh43._prepare_4d
+
+    def forward(self, input_ids, position_ids, attention_mask):
+        keep = attention_mask.long()
+        return self.body.run(input_ids, position_ids, self.prepare(keep, self.body.embed_tokens.weight.dtype), keep)
+
+
+def _left_padded(first: int) -> tuple:
+    """Two sequences of 7, the first left-padded by 2, position ids counting each one's real tokens from `first`."""
+    ids = torch.randint(1, 26, (2, 7), generator=torch.Generator().manual_seed(1))
+    keep = torch.ones(2, 7, dtype=torch.long)
+    keep[0, :2] = 0
+    positions = (keep.cumsum(-1) - 1 + first).masked_fill(keep == 0, 1)
+    return (ids.masked_fill(keep == 0, 0), positions, keep), {}
+
+
+@pytest.mark.parametrize("first", [0, 1, 3])
+def test_position_ids_counting_the_real_tokens_from_any_start_are_given_alike(first):
+    """An example's left-padded position ids that count the real tokens from 0 (HF's cumsum - 1), from 1 (the bare
+    cumulative sum) or from 3 are given to the probe as first .. T - 1 + first: RoPE reads only q - k, so each
+    passes, and a mistake inside is still named where it runs."""
+    result = check.module(_PositionsGiven(), "transformer_lm", example=_left_padded(first))
+    assert result.passed, str(result)
+    assert result.conventions["position_ids"] == f"position_ids: the positions {first} .. T - {1 - first}, (B, T)"
+    wrong = check.module(_PositionsGiven("inverted"), "transformer_lm", example=_left_padded(first))
+    assert not wrong.passed and [(d.id, d.where) for d in wrong.diagnoses][:1] == [
+        ("attention.mask_inverted", "body.layers.1.self_attn")
+    ], str(wrong)

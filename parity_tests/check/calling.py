@@ -51,6 +51,7 @@ class Caller:
     template: tuple | None = None  # (args, kwargs) of slots as an example call passes them (example_callers)
     time_first_output: bool = False  # a batch-first call whose output came back (T, B, ...): read turned
     positions: tuple = ()  # required arguments named for positions (position_ids): given 0 .. T - 1, (B, T)
+    position_start: int = 0  # where those positions start: an example's counted from 1 are given 1 .. T
     batch: bool = False  # the keyword arguments passed as one dict, forward(batch) reading batch["input_ids"]
     bmhk: bool = False  # heads split as (B, T, H, Dh), the sequence before the heads (xformers'), in and out
     fallback: bool = False  # no mask passed to optional mask arguments: tried only where every call passing one raised
@@ -74,7 +75,8 @@ class Caller:
         )
         out |= {"attention": attention} if attention else {}
         if self.positions:
-            out["position_ids"] = f"{', '.join(self.positions)}: the positions 0 .. T - 1, (B, T)"
+            first = self.position_start
+            out["position_ids"] = f"{', '.join(self.positions)}: the positions {first} .. T - {1 - first}, (B, T)"
         if self.time_first_output:
             out["output_layout"] = "time-first (T, B, ...), read batch-first"
         if self.batch:
@@ -97,7 +99,7 @@ class Caller:
         values = {"data": data.__getitem__, "fixed": lambda v: v, "made": lambda f: f(dtype, device)}
         values["mask"] = lambda n: user_mask(probe, *self.masks[n], dtype, device)
         B, T = tensors[self.order[0]].shape[:2]
-        values["positions"] = lambda _: torch.arange(T, device=device).expand(B, T)
+        values["positions"] = lambda _: torch.arange(T, device=device).expand(B, T) + self.position_start
         named = dict(zip(self.keywords, self.order, strict=False))
         args, kwargs = self.template or (
             tuple(("data", d) for d in self.order[len(named) :]),
@@ -460,9 +462,10 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
         and not _own_pattern(value)
     ]
     kept |= {place: ("mask", name) for place, name, _ in masks}
-    counted = [(p, n) for p, n, v in slots if p not in kept and n.lower() in POSITION_NAMES and _counted(v, masks)]
-    kept |= {place: ("positions", name) for place, name in counted}  # given 0 .. T - 1 (Caller.positions)
-    at = tuple(name for _, name in counted)
+    starts = {p: _counted(v, masks) for p, n, v in slots if p not in kept and n.lower() in POSITION_NAMES}
+    counted = [(p, n) for p, n, _ in slots if starts.get(p) is not None]
+    kept |= {place: ("positions", name) for place, name in counted}  # given first .. T - 1 + first (Caller.positions)
+    at, first = tuple(name for _, name in counted), next((starts[p] for p, _ in counted), 0)
     B = sizes(module, level, example, batch_first).B
     args, kwargs = example
     tmpl = (
@@ -480,7 +483,15 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
         causals = [causal_given] if causal_given or not self_attention else [False, True]
         found += [
             Caller(
-                bf, names, dict(m), self_attention, causal=c and self_attention, template=tmpl, bmhk=bmhk, positions=at
+                bf,
+                names,
+                dict(m),
+                self_attention,
+                causal=c and self_attention,
+                template=tmpl,
+                bmhk=bmhk,
+                positions=at,
+                position_start=first,
             )
             for m in options
             for c in causals
@@ -488,19 +499,22 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
     return found
 
 
-def _counted(value, masks: list) -> bool:
-    """Whether an example's position ids (B, T) count each sequence's real positions from 0, the keys some query
-    reads in its masks (`masks`: (place, name, value)): 0 .. T - 1 unpadded, HF's cumulative sum of a left-padded mask
-    minus one. Made for the probe as 0 .. T - 1, which count its real positions alike (its padding is at the end)."""
+def _counted(value, masks: list) -> int | None:
+    """Where an example's position ids (B, T) start if they count each sequence's real positions from one number
+    alike in every sequence, the real positions being the keys some query reads in its masks (`masks`: (place, name,
+    value)): 0 .. T - 1 unpadded, HF's cumulative sum of a left-padded mask minus one (0), the bare sum (1); else None.
+    Made for the probe as first .. T - 1 + first, which count its real positions alike (its padding is at the end)."""
     if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.is_complex() or value.ndim != 2:
-        return False
+        return None
     real = torch.ones(value.shape, dtype=torch.bool)
     for _, _, m in masks:
         m = m.detach().cpu()
         seen = m if m.dtype == torch.bool else m >= 0 if m.is_floating_point() else m != 0
         if seen.ndim >= 2 and seen.shape[0] == value.shape[0] and seen.shape[-1] == value.shape[-1]:
             real &= seen.reshape(seen.shape[0], -1, seen.shape[-1]).any(1)
-    return bool((value.cpu() == real.long().cumsum(-1) - 1)[real].all())
+    count = real.long().cumsum(-1) - 1
+    first = int((value.cpu() - count)[real][0]) if real.any() else 0
+    return first if bool((value.cpu() == count + first)[real].all()) else None
 
 
 def _bmhk(module, example, data: list, entry) -> bool:
