@@ -35,19 +35,22 @@ attention.wrong_scale (the nearest id: the divisor is not the one the stated sca
 
 First met: 11 of 18 right. Wrong:
 
-- f45_ntk_llama (a plain RoPE at base 10000 * 4^(4/3)): "unexplained: ... diverges with relative error 6.19e-09
-  ...; an error this small is typically float32 rounding" (the base read from the tables seems read short of
-  float64: tables.base_of or rope, as far as can be told quickly).
+- f45_ntk_llama (a plain RoPE at base 10000 * 4^(4/3) = 63496.042): "unexplained: model.layers.0.self_attn ...
+  diverges with relative error 6.19e-09 ...; an error this small is typically float32 rounding"; the config it
+  shows holds rope_theta=63496.0: the base read from the tables rounded (tables.base_of or rope, as far as can be
+  told quickly).
 - f45_dynamic_ntk_llama (max_position_embeddings 8): "RoPE scaled as the module's config states: dynamic, base
-  10000 ... at the probe's 6 ... agreed, further on they differed": the scaling is read, the max length it is
-  judged under seems not the config's 8 (session.py's cfg.max_len).
-- f45_longrope_phi3: the same, longrope read from the config, the outputs differ past the original length (the
-  length factor 32 / 8 and the long list depend on max_len, seemingly not the config's 32).
-- f45_yarn_llama.attention_factor_left_off_second_layer: unexplained at the second layer, no id (no wrong_scale
-  variant of a factor m^2 on the scores).
-- f45_pi_llama.positions_times_factor_second_layer, f45_longrope_phi3.short_factors_past_original_second_layer and
-  f45_xpos_llama: "unexplained ...; not expressible by the config and no catalogue variant reproduces it", the
-  place right, no op named (no pair expected, said with cos / pow).
+  10000", yet judged at max_len=64, not the config's 8, so the reference stays plain RoPE at the probes' lengths:
+  unexplained at model.layers.0.self_attn (session.py's cfg.max_len, not read from the config).
+- f45_longrope_phi3: the same, longrope read from the config, judged at max_len=64 (the length factor 64 / 8 and
+  its attention factor are not the config's 32 / 8): unexplained at model.layers.0.self_attn.
+- f45_yarn_llama.attention_factor_left_off_second_layer: unexplained at model.layers.1.self_attn, no id (no
+  wrong_scale variant of a factor m^2 on the scores).
+- f45_pi_llama.positions_times_factor_second_layer and f45_xpos_llama: "unexplained: ... diverges ...; not
+  expressible by the config and no catalogue variant reproduces it", the place right, no op named (no pair
+  expected, said with cos / pow).
+- f45_longrope_phi3.short_factors_past_original_second_layer: unexplained at model.layers.0.self_attn, the first
+  layer's (correct) LongRoPE already judged under max_len=64 as in f45_longrope_phi3.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
