@@ -62,6 +62,7 @@ from parity_tests.corpus import (
     fresh42,
     fresh43,
     fresh44,
+    fresh46,
     frontier,
     lacking,
     unseen,
@@ -74,9 +75,18 @@ CORPORA += (fresh28, fresh29, fresh30, fresh31, fresh32, fresh33, fresh34, fresh
 CORPORA += (fresh37, fresh38, fresh39, fresh40)
 CORPORA += (fresh41, fresh42)
 CORPORA += (fresh43, fresh44)
+CORPORA += (fresh46,)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
+TODAY |= {  # fresh46: as first met
+    "f46_mla.rope_in_halves": "unexplained at blocks.0.attn: latent attention's rope turned in pairs only",
+    "f46_mla.paper_letters": "could not judge: w_uq and w_qr not read as one q projection; pass mapping=",
+    "f46_mla.rope_key_one_ahead_middle_layer": "unexplained at blocks.1.attn: no k_shift in latent attention",
+    "f46_gpt_oss.dense_experts": "unexplained at layers.0.mlp: the stacked experts' biases (bmm + [:, None]) unread",
+    "f46_gpt_oss.expert_linears": "no pair: clamp at layers.0.mlp.experts.0 (GPT-OSS's clamped SwiGLU)",
+    "f46_gpt_oss.softmax_over_queries_last_layer": "unexplained at layers.2.self_attn: with sinks no axis variant",
+}
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
 SLOW = {
     "inference_llama", "table_lm.softmax_wrong_axis", "table_lm.dropout_active_in_eval", "gemma_lm.activation_on_up",
@@ -316,6 +326,12 @@ SLOW |= {c[0] for c in fresh44.CASES} - {  # fresh44: a case of each class by de
     "f44_flamingo.layer",
     "f44_flamingo.wrong_scale_second_layer",
     "f44_diffusion_lm.sigma",
+}
+
+SLOW |= {c[0] for c in fresh46.CASES} - {  # fresh46: a case of each class by default (each 0.1-0.4 s)
+    "f46_mla",
+    "f46_mla.final_norm_eps_outside_root",
+    "f46_mla.paper_letters",
 }
 
 
