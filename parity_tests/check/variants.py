@@ -49,11 +49,13 @@ def attention_heads(
         scores = scores + np.asarray(alibi[0])[:, None, None] * (j if alibi[1] else -np.abs(i - j))
     if softcap is not None and cap_mode != "probabilities":
         scores = softcap * np.tanh(scores / softcap if cap_mode == "scores" else scores)
-    if sinks is not None and sink_mode == "denominator":  # a column of s_h beside the kept scores, dropped after
-        s = scores if keep is None else np.where(keep, scores, -np.inf)
-        column = np.broadcast_to(sinks.reshape(1, -1, 1, 1), (*s.shape[:3], 1))
-        probs = softmax(np.concatenate([s, column], axis=-1), None)[..., :-1]
-    elif mask_mode == "before":
+    joined = sinks is not None and sink_mode == "denominator"
+    if joined:  # a column of s_h beside the scores, always kept, softmaxed with them (over `axis`) and dropped after
+        scores = np.concatenate([scores, np.broadcast_to(sinks.reshape(1, -1, 1, 1), (*scores.shape[:3], 1))], -1)
+        if keep is not None:
+            keep = np.broadcast_to(keep, scores[..., :-1].shape)
+            keep = np.concatenate([keep, np.ones((*keep.shape[:3], 1), bool)], -1)
+    if mask_mode == "before":
         probs = softmax(scores, keep, axis)
     elif mask_mode == "fill":  # masked_fill(-1e9) then a plain softmax: a wrong axis then sees the filled entries
         probs = softmax(scores if keep is None else np.where(keep, scores, -1e9), None, axis)
@@ -64,6 +66,7 @@ def attention_heads(
             if mask_mode == "after_renorm":
                 total = probs.sum(axis=-1, keepdims=True)
                 probs = probs / np.where(total == 0.0, 1.0, total)
+    probs = probs[..., :-1] if joined else probs
     if softcap is not None and cap_mode == "probabilities":
         probs = softcap * np.tanh(probs / softcap)
     return probs @ v  # (B, H, T_q, Dh)
