@@ -561,9 +561,10 @@ class Flow:
         return min(uppers) if uppers else None
 
     def picked_bias(self, weight: str) -> str | None:
-        """The parameter whose picked rows are added to the products reading `weight` (a stacked expert's bias)."""
+        """The parameter (through views: its rows picked, or all of it broadcast) added to the products reading
+        `weight` (a stacked expert's bias, in a loop over the experts or on all of them at once)."""
         sums = [n for n in self.nodes if n.op in ADDS and set(n.parents) & set(self._products(weight))]
-        return next((root(p).param for n in sums for p in n.parents if picked(p)), None)
+        return next((root(p).param for n in sums for p in n.parents if root(p).param is not None), None)
 
     def heads(self, D: int | None) -> int | None:
         """The head count the first attention's query shows, else d_model `D` over its head width, else None."""
