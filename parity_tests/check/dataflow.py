@@ -1113,8 +1113,8 @@ def _feed_forwards(flow: Flow) -> None:
             if fused and _gate_part(node) == 1:
                 flow.up_first.add(ins[0])
             flow.gate_up |= {ins[0]: _halves(node, ins[0])} if fused else {}
-        elif len(ins) == 2 and sum(i in acted for i in ins) == 1:
-            gate, up = ins if ins[0] in acted else ins[::-1]
+        elif len(ins) == 2 and (gate := _gate(node, ins, acted)):
+            up = next(i for i in ins if i != gate)
             flow.roles |= {gate: "gate", up: "up", w: "down"}
             flow.blocks.append([gate, up, w])
 
@@ -1149,6 +1149,17 @@ def _activations(product: Node) -> list:
     """The activations on the way back from `product`'s computed operands (not a parameter or a view of one)."""
     operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
     return [n for n in walk(operands, _behind) if n.op in ACTIVATIONS]
+
+
+def _gate(product: Node, ins: list, acted: set) -> str | None:
+    """Of the two inputs `ins` of a gated block whose down projection is `product`, the gate: the one an activation
+    reads on the way (`acted`); where both are (GPT-OSS's SwiGLU clamps its gate and its up), the one an activation
+    other than a clamp reads; None where that is not one."""
+    gates = [i for i in ins if i in acted]
+    if len(gates) == 2:
+        bends = [n for n in _activations(product) if n.op not in ("clamp", "clamp_min", "hardtanh")]
+        gates = [i for i in ins if i in {projection(n) for n in walk(bends, _behind)}]
+    return gates[0] if len(gates) == 1 else None
 
 
 def _gate_part(product: Node) -> int:

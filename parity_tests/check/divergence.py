@@ -528,6 +528,8 @@ def _expert_at(check, choice, unit: str, e: int, where: str) -> tuple[str, bool]
     tensor each of gate, up and down) the experts', else `where`."""
     F, D, E = (choice.cfg.expert_width, choice.cfg.d_model, choice.cfg.n_experts)
     starts = {f"{unit}.experts.gate_up_proj": {2 * e * F, (2 * e + 1) * F}, f"{unit}.experts.down_proj": {e * D}}
+    if choice.cfg.expert_kind == "gpt_oss":  # (in, out) rows: the gate's and up's columns of the same D rows
+        starts = {f"{unit}.experts.gate_up_proj": {e * D}, f"{unit}.experts.down_proj": {e * F}}
     users = [k.user for k in choice.layout.links if all(r and r[0] in starts.get(n, ()) for n, r in k.parts)]
     users += [k.user for k in choice.layout.links if e == E and k.parts[0][0].startswith(f"{unit}.shared.")]
     stacked = [k.user for k in choice.layout.links if k.parts[0][0] in starts]

@@ -94,6 +94,7 @@ class Link:
     each_transposed: bool = False  # and each head's rows transposed: (H, in, out / H) (TransformerLens's W_Q)
     rope_order: tuple = ()  # q/k rows (and q/k norms) of each head: row u the reference's rope_order[u] (relabelled)
     axes: tuple = ()  # a 3-axis user tensor: its axis i the laid-out tensor's axes[i] (an einsum reading it so)
+    columns: tuple = ()  # (start, step): each part's columns start::step (GPT-OSS's gate and up, interleaved)
 
 
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
@@ -524,11 +525,13 @@ def rows_of(tensor: np.ndarray) -> np.ndarray:
 
 def gather(link: Link, reference: dict) -> np.ndarray:
     """The user's tensor (before any transpose): the rows of the reference tensors its link names stacked (leading
-    axes merged: an expert's rows of the experts' stacked weights; q and k rows in the link's RoPE pairing) after
+    axes merged: an expert's rows of the experts' stacked weights; of them the link's columns; q and k rows in the
+    link's RoPE pairing) after
     `offset` rows of zeros, minus 1 where the user scales by 1 + weight."""
     blocks = []
     for n, rows in link.parts:
         block = reference[n] if rows is None else rows_of(reference[n])[rows[0] : rows[1]]
+        block = block[:, link.columns[0] :: link.columns[1]] if link.columns else block
         Dh = link.rope_pairs or len(link.rope_order)
         paired = rope_paired(n, Dh)
         blocks.append(block[pair_order(len(block), Dh, link.rope_rotary, link.rope_order)] if paired else block)

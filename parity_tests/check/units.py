@@ -790,11 +790,8 @@ class Linker:
             if block.stacked:
                 return
             self.count(f"experts run after {block.router.weight}", len(block.experts), block.router.out_features)
-            for e, (gate, up, down) in enumerate(block.experts):
-                rows = [(gate, "gate_up", 2 * e * F, F), (up, "gate_up", (2 * e + 1) * F, F), (down, "down", e * D, D)]
-                for p, name, start, n in rows:
-                    part = (f"{prefix}experts.{name}_proj", (start, start + n))
-                    self._stack(Link(p.weight, [part], transposed=p.transposed))
+            for e, expert in enumerate(block.experts):
+                (self._clamped_expert if self.cfg.expert_kind == "gpt_oss" else self._expert)(expert, e, prefix, F, D)
             return
         if len(block) == 3 and block[0] is block[1]:
             first = next(b[0].weight for b in experts(self.units.blocks) if len(b) == 3 and b[0] is b[1])
@@ -805,6 +802,28 @@ class Linker:
         names = ("gate", "linear1", "linear2")[-len(block) :]
         for p, name in zip(block, names, strict=True):
             self.piece(p, [(f"{prefix}{name}", None)], self.cfg.bias)
+
+    def _expert(self, expert: list, e: int, prefix: str, F: int, D: int) -> None:
+        """Expert e as its own gate, up and down pieces: its (out, in) rows of the reference's gate_up_proj (the gate
+        first) and of down_proj."""
+        gate, up, down = expert
+        rows = [(gate, "gate_up", 2 * e * F, F), (up, "gate_up", (2 * e + 1) * F, F), (down, "down", e * D, D)]
+        for p, name, start, n in rows:
+            part = (f"{prefix}experts.{name}_proj", (start, start + n))
+            self._stack(Link(p.weight, [part], transposed=p.transposed))
+
+    def _clamped_expert(self, expert: list, e: int, prefix: str, F: int, D: int) -> None:
+        """GPT-OSS's expert e as its own gate, up and down pieces: its (in, out) rows of the reference's gate_up_proj
+        (the gate its even columns, the up its odd ones) and of down_proj, with its rows of their biases (held at
+        zero where a piece has none)."""
+        gate, up, down = expert
+        for p, name, rows, columns in ((gate, "gate_up", D, (0, 2)), (up, "gate_up", D, (1, 2)), (down, "down", F, ())):
+            ref = f"{prefix}experts.{name}_proj"
+            self._stack(Link(p.weight, [(ref, (e * rows, (e + 1) * rows))], not p.transposed, columns=columns))
+            if p.bias is not None:
+                self._stack(Link(p.bias, [(f"{ref}_bias", (e, e + 1))], columns=columns))
+            elif f"{ref}_bias" not in self.zero:
+                self.zero.append(f"{ref}_bias")
 
     def _stacked(self, block: Mixture, prefix: str, F: int, D: int) -> None:
         """Gate, up and down each stacked in one (E, in, out) tensor (or (E, out, in), where its second axis is not

@@ -963,10 +963,13 @@ def _output_gate(flow) -> tuple | None:
 
 
 def _clamped(rec) -> tuple | None:
-    """A projection's outputs clamped to a range (GPT-OSS's SwiGLU clamps its gate and up projections)."""
+    """A projection's outputs clamped to a range (GPT-OSS's SwiGLU clamps its gate and up projections), but on the
+    way into a routed expert's down projection, where the reference's GPT-OSS experts clamp them too."""
+    downs = [n for b in rec.blocks if rec.weighed(b[-1]) for n in rec._products(b[-1])]
+    routed = {id(n) for down in downs for n in DF._activations(down)}
     for node in rec.nodes:
         weight = DF.projection(DF.root(node.parents[0])) if node.op in CLAMPS and node.parents else None
-        if weight is not None and not _discarded(rec, node):
+        if weight is not None and id(node) not in routed and not _discarded(rec, node):
             return node.module, f"{node.op} limits the outputs of {weight} to a range (as GPT-OSS's clamped SwiGLU)"
     return None
 

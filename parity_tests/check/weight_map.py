@@ -40,10 +40,11 @@ class MapEntry(tuple):
 
 def note(link: Link) -> str:
     """The link's layout as the report prints it and _from_note reads back: "as is", "rows a:b", "fused rows q, k, v",
-    "after N unread rows", "minus 1 (...)"; then ", transposed", ", split into H heads" (a 3-axis tensor; ", each
-    transposed": (H, in, Dh); ", stored in the axis order a b c": Link.axes), ", RoPE pairs interleaved (head size
-    Dh)" or ", q/k features of each head in the order o_0 o_1 ..." (Link.rope_order). Rows of several units (a
-    projection sliced per layer): "fused rows" and each part's full name."""
+    "after N unread rows", "minus 1 (...)"; then ", columns a::s" (Link.columns), ", transposed", ", split into H
+    heads" (a 3-axis tensor; ", each transposed": (H, in, Dh); ", stored in the axis order a b c": Link.axes),
+    ", RoPE pairs interleaved (head size Dh)" or ", q/k features of each head in the order o_0 o_1 ..."
+    (Link.rope_order). Rows of several units (a projection sliced per layer): "fused rows" and each part's full
+    name."""
     roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in link.parts if "." in n]
     if len({_unit(n) for n, _ in link.parts}) > 1:  # several units' (a projection sliced per layer)
         text = "fused rows " + ", ".join(n.rpartition(".")[0] for n, _ in link.parts)
@@ -61,7 +62,8 @@ def note(link: Link) -> str:
         text = "minus 1 (scaled by 1 + weight)" if link.minus_one else ""
     split = f"split into {link.heads} heads" + ", each transposed" * link.each_transposed if link.heads else ""
     split += f", stored in the axis order {' '.join(map(str, link.axes))}" * bool(link.axes)
-    text = ", ".join(t for t in (text, "transposed" * link.transposed, split) if t) or "as is"
+    columns = "columns {}::{}".format(*link.columns) if link.columns else ""
+    text = ", ".join(t for t in (text, columns, "transposed" * link.transposed, split) if t) or "as is"
     order = f", q/k features of each head in the order {' '.join(map(str, link.rope_order))}" * bool(link.rope_order)
     return text + (f", RoPE pairs interleaved (head size {link.rope_pairs})" if link.rope_pairs else order)
 
@@ -149,6 +151,8 @@ def _from_note(user: str, ref: str, note: str) -> Link:
     axes = re.search(r"stored in the axis order ([\d ]+)", note)
     layout |= {"axes": tuple(map(int, axes[1].split()))} if axes else {}
     layout |= {"rope_order": tuple(map(int, order.split()))} if order else {}
+    columns = re.search(r"columns (\d+)::(\d+)", note)
+    layout |= {"columns": (int(columns[1]), int(columns[2]))} if columns else {}
     return Link(user, parts, transposed, pairs, offset, note.startswith("minus 1"), **layout)
 
 
