@@ -81,6 +81,12 @@ looped experts and three of its four mistakes). Wrong:
   variants.attention_heads takes its sink branch (the column joined, softmax over the keys) before it reads the
   axis knob, so with sinks the wrong axis is never tried.
 
+Fixed since (GPT-OSS's three): a stacked expert's bias is read by what it is added to, its rows picked or all of it
+broadcast (`bmm + bias[:, None]`); of a gated block's two inputs both clamped on the way, the gate is the one an
+activation other than a clamp reads, so experts of their own Linears are read as GPT-OSS's and linked to their rows
+and interleaved columns of gate_up_proj (and no clamp inside a routed expert is said to have no pair); the sink
+column joins the scores and keeps the mask and axis knobs of the plain softmax, so the wrong axis is tried with sinks.
+
 Most checks take 0.4 to 1.1 s on 2 shared cores (three-layer whole models; fresh42's took as long), over the 0.5 s
 asked: all but three are in test_unseen's SLOW set.
 
