@@ -665,7 +665,8 @@ def _made_by(rec, node) -> str:
 
 
 def _streams(rec) -> tuple | None:
-    """Learned weights along an axis of the states other than the features (hyper-connections: N copies of the
+    """Learned weights along an axis of the states other than the features: the positions (Linformer's keys and
+    values projected along the sequence, gMLP's spatial weights), or streams (hyper-connections: N copies of the
     residual stream (B, T, N, D), each sublayer reading their weighted sum, the streams mixed by an N x N matrix, the
     sublayer's output weighed into each): said where the first weighs them, with what each weight does there."""
     found = [(n, w) for n in rec.nodes for w in [_across(rec, n)] if w]
@@ -673,12 +674,21 @@ def _streams(rec) -> tuple | None:
         return None
     (n, _), where = found[0][1], found[0][0].module
     said = "; ".join(what for node, (_, what) in found if node.module == where)
+    if "positions" in said:
+        return where, f"learned weights along the sequence's {n} positions (not the features): {said}"
     return where, f"the states are held as {n} streams, weighed by learned weights (a weight per stream): {said}"
+
+
+def _sequence(rec) -> set:
+    """The sequence's lengths on the recording: the ids' last axis, a float input's positions (B, T, D)."""
+    ids = {np.shape(n.value)[-1] for n in rec.nodes if n.op == "embedding" and np.ndim(n.value) == 2}
+    return ids | {n.shape[-2] for n in rec.nodes if n.op == "input" and len(n.shape) == 3}
 
 
 def _across(rec, node) -> tuple | None:
     """(streams, what) a product of a learned tensor and a state does along a stream axis (not the last, the
-    features): sums the streams into one, mixes them, or weighs a tensor into each; None where it does none."""
+    features): sums the streams into one, mixes them, or weighs a tensor into each (where that axis alone of the
+    state's is the sequence's length: a projection of the positions); None where it does none."""
     if len(node.parents) != 2 or node.op not in DF.MULS | {"einsum"}:
         return None
     w, x = node.parents
@@ -692,13 +702,29 @@ def _across(rec, node) -> tuple | None:
         axis = next((theirs.index(c) for c in mine if c in theirs), None)
         if axis is None or theirs[-1] in mine or len(mine) > 2:
             return None
-        n = x.shape[axis]
+        n, shape = x.shape[axis], " x ".join(map(str, DF.root(w).shape))
+        if list(x.shape).count(n) == 1 and n in _sequence(rec):
+            m = node.shape[out.index(mine.replace(theirs[axis], ""))] if len(mine) == 2 else 1
+            return n, f"{param} ({shape}) projects {_read_as(rec, node, x)} along the positions ({n} -> {m})"
         if len(mine) == 1:
             return (n, f"{param} sums them into one") if mine not in out else None
-        return n, f"{param} ({' x '.join(map(str, DF.root(w).shape))}) mixes them"
+        return n, f"{param} ({shape}) mixes them"
     if node.op in DF.MULS and len(w.shape) > 1 and w.shape[-1] == 1 and math.prod(w.shape) > 1 and x.shape[-2] == 1:
         return math.prod(w.shape), f"{param} weighs {_made_by(rec, x)} into each"
     return None
+
+
+def _read_as(rec, node, x) -> str:
+    """What the product `node` (of the state `x`) is to the product it feeds: the keys (of scores a softmax reads),
+    the values (beside weights a softmax made), else `x` as made (_made_by)."""
+    for fed in DF._forward(node):
+        ahead = DF.walk(fed.children, lambda n: [] if n.op in DF.PRODUCTS else n.children)
+        beside = DF.walk([p for p in fed.parents if p not in DF.walk([node], lambda n: n.children)], DF._behind)
+        if any(n.op in DF.SOFTMAX for n in ahead):
+            return "the keys"
+        if any(n.op in DF.SOFTMAX for n in beside):
+            return "the values"
+    return _made_by(rec, x)
 
 
 def _token_choice(rec) -> tuple | None:
