@@ -1469,6 +1469,57 @@ def _norm_after_rotary(rec) -> tuple | None:
     return None
 
 
+def _summed(node) -> int | None:
+    """The size of the axis a product of two computed tensors sums over (a matmul's last of its first operand, an
+    einsum's letter in both operands and not the result); None for a projection or any other product."""
+    if DF.projection(node) is not None or len(node.parents) != 2 or min(len(p.shape) for p in node.parents) < 2:
+        return None
+    match = DF._two(node.extra) if node.op == "einsum" else None
+    if match is not None:
+        summed = [c for c in match[0] if c in match[1] and c not in match[2]]
+        return node.parents[0].shape[match[0].index(summed[0])] if len(summed) == 1 else None
+    return node.parents[0].shape[-1] if node.op in ("matmul", "__matmul__", "bmm") else None
+
+
+def _scored(node) -> bool:
+    """Whether a scores product (of two computed tensors, no weight) lies behind `node` through element-wise ops:
+    the weights of an attention (softmax or not), or such a product itself."""
+    behind = DF.walk([node], lambda n: [] if n.op in DF.PRODUCTS else DF._behind(n))
+    return any(n.op in DF.PRODUCTS and DF.projection(n) is None and _summed(n) is not None for n in behind)
+
+
+def _mixed(rec) -> tuple | None:
+    """Positions mixed with no attention's weights: the first product of two computed tensors (no weight) that sums
+    over the sequence's positions where no operand is computed from scores q k^T (Performer's and cosFormer's
+    phi(k)^T v, a Synthesizer's softmax of a learned table times v), in a submodule where no attention was read:
+    said there, with the ops and the parameters its operands are made by in that submodule, in order."""
+    attentions, T = {a.module for a in rec.attentions}, _sequence(rec)
+    for node in (n for n in rec.nodes if n.op in DF.PRODUCTS and n.module not in attentions):
+        if _summed(node) not in T or any(map(_scored, node.parents)):
+            continue
+        behind = DF.walk(node.parents, lambda n, at=node.module: n.parents if n.module == at else [])
+        made = sorted((n for n in behind if n.module == node.module), key=lambda n: n.index)
+        ops = [n.op for n in made if n.op not in DF.VIEWS | {"param", "input"}]
+        read = [str(DF.root(p).param) for n in made for p in n.parents if DF.root(p).param]
+        said = f"a {node.op} of computed tensors sums over the {_summed(node)} positions, with no softmax over scores "
+        said += f"q k^T: its operands made by {', '.join(dict.fromkeys(ops)) or 'views'}"
+        return node.module, said + (f" from {', '.join(dict.fromkeys(read))}" if read else "")
+    return None
+
+
+FOREIGN = ("fft_", "linalg_")  # torch.fft's and torch.linalg's ops (a norm aside): no reference level computes one
+
+
+def _foreign(rec) -> tuple | None:
+    """An op of torch.fft or torch.linalg (FNet's fft2 over the tokens and features, Nystromformer's pinv), none of
+    which the reference computes (linalg's norms aside): said at the first's submodule, as torch names it."""
+    for node in (n for n in rec.nodes if n.op.startswith(FOREIGN) and n.op not in MOMENTS):
+        name = node.op.replace("_", ".", 1)
+        shape = " x ".join(map(str, node.parents[0].shape)) if node.parents else ""
+        return node.module, f"torch.{name} of a {shape} tensor (no reference level computes torch.fft's or linalg's)"
+    return None
+
+
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
     _joined, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
@@ -1476,5 +1527,5 @@ FINDS = (
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
     _running_sum, _learned_scale, _conditioned, _pooled, _picked, _feature_head, _uncalled, _prepended, _shifted_copies,
-    _recurrence, _learned_queries,
+    _recurrence, _learned_queries, _foreign, _mixed,
 )  # fmt: skip
