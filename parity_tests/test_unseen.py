@@ -324,6 +324,9 @@ SLOW |= {c[0] for c in fresh47.CASES} - {  # fresh47: a case of each class by de
     "f47_gpt",
     "f47_hybrid.last_attention.softmax_over_queries",
     "f47_sigmoid_gpt",
+    "f47_linformer.identity",
+    "f47_performer",
+    "f47_hybrid.not_causal_first_layer",
 }
 
 
