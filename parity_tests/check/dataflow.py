@@ -365,8 +365,21 @@ def weight_of(node: Node) -> str | None:
 
 
 def projection(node: Node) -> str | None:
-    """The weight a product reads (a projection), else None."""
-    return next((w for w in map(weight_of, node.parents) if w is not None), None) if node.op in PRODUCTS else None
+    """The weight a product reads along its other operand's features (a projection), else None."""
+    if node.op not in PRODUCTS or across(node) is not None:
+        return None
+    return next((w for w in map(weight_of, node.parents) if w is not None), None)
+
+
+def across(node: Node) -> Node | None:
+    """The computed operand of an einsum that reads a weight (2 or more axes) along an axis of it other than its last,
+    the features (Linformer's keys projected along the positions, hyper-connections' streams mixed); else None."""
+    match = _two(node.extra) if node.op == "einsum" and len(node.parents) == 2 else None
+    if match is None or [weight_of(p) is None for p in node.parents].count(True) != 1:
+        return None
+    w, x = (0, 1) if weight_of(node.parents[0]) is not None else (1, 0)
+    summed = set(match[w]) & set(match[x]) - set(match[2])
+    return node.parents[x] if summed and match[x][-1] not in summed else None
 
 
 def walk(starts: list, onward) -> Iterator[Node]:
@@ -384,7 +397,7 @@ def _behind(node: Node, choices: bool = False) -> list:
     """Back from `node` through anything but a product or a parameter (to a picked parameter, not its index), nor
     into a top-k unless `choices` (a router's choice: what it picked, not values that flow)."""
     if node.op in PRODUCTS or node.param is not None:
-        return []
+        return [across(node)] if across(node) is not None else []
     return [p for p in node.parents[: 1 if picked(node) else None] if choices or p.op != "topk"]
 
 

@@ -444,17 +444,16 @@ def _alone(user_module, reference: str, part: str) -> Result | None:
 
 
 def before_head(user_module, reference: str, flow, answer: str) -> Result | None:
-    """Where the no-pair `answer` is said at a part that runs after the model's layers (a classifier's head), each
-    layer judged on its own at the reference's layer level in the order they ran: the first catalogued mistake
-    named there (the trunk diverges before the head); None where none is."""
+    """Where the no-pair `answer` is said at a part that runs after one of the model's layers (a later layer's
+    mixer, a classifier's head), each layer that ends before it judged on its own at the reference's layer level in
+    the order they ran: the first catalogued mistake named there (the computation diverges there first); None where
+    none is."""
     where = answer.removeprefix("differs at ").partition(": ")[0]
     at = US._ran(flow, "" if where == "(the module)" else where)
     runs = (re.match(r"(.*?\.\d+)\.", a.module) for a in flow.attentions)  # the stack's layers: {stack}.N
     layers = list(dict.fromkeys(m[1] for m in runs if m))
-    ends = [n.index for n in flow.nodes if layers and n.module.startswith(f"{layers[-1]}.")]
-    if not ends or at <= ends[-1]:
-        return None
-    for part in layers:
+    ends = {part: max(n.index for n in flow.nodes if n.module.startswith(f"{part}.")) for part in layers}
+    for part in (p for p in layers if ends[p] < at):
         found = _alone(user_module, reference, part)
         if found is not None and found.diagnoses:
             note = f"{part} judged on its own as the reference's {found.reference!r}: it runs before {where}, "

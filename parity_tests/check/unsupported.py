@@ -665,7 +665,8 @@ def _made_by(rec, node) -> str:
 
 
 def _streams(rec) -> tuple | None:
-    """Learned weights along an axis of the states other than the features (hyper-connections: N copies of the
+    """Learned weights along an axis of the states other than the features: the positions (Linformer's keys and
+    values projected along the sequence, gMLP's spatial weights), or streams (hyper-connections: N copies of the
     residual stream (B, T, N, D), each sublayer reading their weighted sum, the streams mixed by an N x N matrix, the
     sublayer's output weighed into each): said where the first weighs them, with what each weight does there."""
     found = [(n, w) for n in rec.nodes for w in [_across(rec, n)] if w]
@@ -673,12 +674,21 @@ def _streams(rec) -> tuple | None:
         return None
     (n, _), where = found[0][1], found[0][0].module
     said = "; ".join(what for node, (_, what) in found if node.module == where)
+    if "positions" in said:
+        return where, f"learned weights along the sequence's {n} positions (not the features): {said}"
     return where, f"the states are held as {n} streams, weighed by learned weights (a weight per stream): {said}"
+
+
+def _sequence(rec) -> set:
+    """The sequence's lengths on the recording: the ids' last axis, a float input's positions (B, T, D)."""
+    ids = {np.shape(n.value)[-1] for n in rec.nodes if n.op == "embedding" and np.ndim(n.value) == 2}
+    return ids | {n.shape[-2] for n in rec.nodes if n.op == "input" and len(n.shape) == 3}
 
 
 def _across(rec, node) -> tuple | None:
     """(streams, what) a product of a learned tensor and a state does along a stream axis (not the last, the
-    features): sums the streams into one, mixes them, or weighs a tensor into each; None where it does none."""
+    features): sums the streams into one, mixes them, or weighs a tensor into each (where that axis alone of the
+    state's is the sequence's length: a projection of the positions); None where it does none."""
     if len(node.parents) != 2 or node.op not in DF.MULS | {"einsum"}:
         return None
     w, x = node.parents
@@ -692,13 +702,29 @@ def _across(rec, node) -> tuple | None:
         axis = next((theirs.index(c) for c in mine if c in theirs), None)
         if axis is None or theirs[-1] in mine or len(mine) > 2:
             return None
-        n = x.shape[axis]
+        n, shape = x.shape[axis], " x ".join(map(str, DF.root(w).shape))
+        if list(x.shape).count(n) == 1 and n in _sequence(rec):
+            m = node.shape[out.index(mine.replace(theirs[axis], ""))] if len(mine) == 2 else 1
+            return n, f"{param} ({shape}) projects {_read_as(rec, node, x)} along the positions ({n} -> {m})"
         if len(mine) == 1:
             return (n, f"{param} sums them into one") if mine not in out else None
-        return n, f"{param} ({' x '.join(map(str, DF.root(w).shape))}) mixes them"
+        return n, f"{param} ({shape}) mixes them"
     if node.op in DF.MULS and len(w.shape) > 1 and w.shape[-1] == 1 and math.prod(w.shape) > 1 and x.shape[-2] == 1:
         return math.prod(w.shape), f"{param} weighs {_made_by(rec, x)} into each"
     return None
+
+
+def _read_as(rec, node, x) -> str:
+    """What the product `node` (of the state `x`) is to the product it feeds: the keys (of scores a softmax reads),
+    the values (beside weights a softmax made), else `x` as made (_made_by)."""
+    for fed in DF._forward(node):
+        ahead = DF.walk(fed.children, lambda n: [] if n.op in DF.PRODUCTS else n.children)
+        beside = DF.walk([p for p in fed.parents if p not in DF.walk([node], lambda n: n.children)], DF._behind)
+        if any(n.op in DF.SOFTMAX for n in ahead):
+            return "the keys"
+        if any(n.op in DF.SOFTMAX for n in beside):
+            return "the values"
+    return _made_by(rec, x)
 
 
 def _token_choice(rec) -> tuple | None:
@@ -1446,6 +1472,57 @@ def _norm_after_rotary(rec) -> tuple | None:
     return None
 
 
+def _summed(node) -> int | None:
+    """The size of the axis a product of two computed tensors sums over (a matmul's last of its first operand, an
+    einsum's letter in both operands and not the result); None for a projection or any other product."""
+    if DF.projection(node) is not None or len(node.parents) != 2 or min(len(p.shape) for p in node.parents) < 2:
+        return None
+    match = DF._two(node.extra) if node.op == "einsum" else None
+    if match is not None:
+        summed = [c for c in match[0] if c in match[1] and c not in match[2]]
+        return node.parents[0].shape[match[0].index(summed[0])] if len(summed) == 1 else None
+    return node.parents[0].shape[-1] if node.op in ("matmul", "__matmul__", "bmm") else None
+
+
+def _scored(node) -> bool:
+    """Whether a scores product (of two computed tensors, no weight) lies behind `node` through element-wise ops:
+    the weights of an attention (softmax or not), or such a product itself."""
+    behind = DF.walk([node], lambda n: [] if n.op in DF.PRODUCTS else DF._behind(n))
+    return any(n.op in DF.PRODUCTS and DF.projection(n) is None and _summed(n) is not None for n in behind)
+
+
+def _mixed(rec) -> tuple | None:
+    """Positions mixed with no attention's weights: the first product of two computed tensors (no weight) that sums
+    over the sequence's positions where no operand is computed from scores q k^T (Performer's and cosFormer's
+    phi(k)^T v, a Synthesizer's softmax of a learned table times v), in a submodule where no attention was read:
+    said there, with the ops and the parameters its operands are made by in that submodule, in order."""
+    attentions, T = {a.module for a in rec.attentions}, _sequence(rec)
+    for node in (n for n in rec.nodes if n.op in DF.PRODUCTS and n.module not in attentions):
+        if _summed(node) not in T or any(map(_scored, node.parents)):
+            continue
+        behind = DF.walk(node.parents, lambda n, at=node.module: n.parents if n.module == at else [])
+        made = sorted((n for n in behind if n.module == node.module), key=lambda n: n.index)
+        ops = [n.op for n in made if n.op not in DF.VIEWS | {"param", "input"}]
+        read = [str(DF.root(p).param) for n in made for p in n.parents if DF.root(p).param]
+        said = f"a {node.op} of computed tensors sums over the {_summed(node)} positions, with no softmax over scores "
+        said += f"q k^T: its operands made by {', '.join(dict.fromkeys(ops)) or 'views'}"
+        return node.module, said + (f" from {', '.join(dict.fromkeys(read))}" if read else "")
+    return None
+
+
+FOREIGN = ("fft_", "linalg_")  # torch.fft's and torch.linalg's ops (a norm aside): no reference level computes one
+
+
+def _foreign(rec) -> tuple | None:
+    """An op of torch.fft or torch.linalg (FNet's fft2 over the tokens and features, Nystromformer's pinv), none of
+    which the reference computes (linalg's norms aside): said at the first's submodule, as torch names it."""
+    for node in (n for n in rec.nodes if n.op.startswith(FOREIGN) and n.op not in MOMENTS):
+        name = node.op.replace("_", ".", 1)
+        shape = " x ".join(map(str, node.parents[0].shape)) if node.parents else ""
+        return node.module, f"torch.{name} of a {shape} tensor (no reference level computes torch.fft's or linalg's)"
+    return None
+
+
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
     _joined, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
@@ -1453,5 +1530,5 @@ FINDS = (
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
     _running_sum, _learned_scale, _conditioned, _pooled, _picked, _feature_head, _uncalled, _prepended, _shifted_copies,
-    _recurrence, _learned_queries,
+    _recurrence, _learned_queries, _foreign, _mixed,
 )  # fmt: skip

@@ -57,6 +57,16 @@ First met: 11 of 20 right. Wrong:
   attention's weights are computed from the scores by relu ...": the no pair of the later layer said before the
   first layer's divergence is placed and explained (the unsupported reader answers ahead of the catalogue).
 
+Fixed since: an einsum reading a weight along an axis of a state other than its features is no projection
+(dataflow.across: the roles are read through it, so the identity Linformer's keys and values are k's and v's and
+it passes), and where such a weight runs along the sequence's positions it is said as a projection of the keys or
+values along the positions (unsupported._across); a product of computed tensors summing over the positions with no
+scores q k^T behind it is said with the ops and parameters making its operands (unsupported._mixed: Performer's
+projection_matrix, cosFormer's cos, the Synthesizer's synthetic_logits), an op of torch.fft or torch.linalg by its
+name (unsupported._foreign: FNet's fft2, Nystromformer's pinv), each before the heads or the norms are asked for;
+where a no pair is said at a later layer, every layer ending before it is judged on its own first (judge.before_head),
+so the hybrid's first-layer mistakes are named at layers.0.attn.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
