@@ -312,8 +312,8 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
         every = diverged.agree == len(check.cache[("stages", repr(choice.cfg), id(choice.probe))])
         output = any(not r.ok for r in result.rows if r.name == "output")  # not the gradients alone
         after = _after_parts(check, choice) if every and output else None
-        if after:  # an op the reference has no pair for, past every part it has
-            result.first_divergence, result.unsupported = after[0], differs(*after)
+        if after:  # an op the reference has no pair for, past every part it has (unsupported.explain may say more)
+            result.unsupported = differs(*after)
         return
     if diverged.said:
         where = hook_targets(check, choice.layout.links)[diverged.stage.unit] or "(the module)"
