@@ -96,6 +96,37 @@ def test_wrong_scale_names_the_precedence_trap():
     assert "expected sqrt(d_head) = 2.83" in diagnosis.message
 
 
+class _CappedAttention(nn.Module):
+    """A causal attention whose scores, times `scale`, are squashed by Gemma 2's soft cap: cap * tanh(s / cap)."""
+
+    def __init__(self, D: int = 16, H: int = 2, cap: float = 2.0, scale: float | None = None) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(D, D, bias=False) for _ in range(4))
+        self.H, self.cap, self.scale = H, cap, (D // H) ** -0.5 if scale is None else scale
+        with torch.no_grad():  # scores large enough for the cap to bite
+            self.q.weight.mul_(3), self.k.weight.mul_(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = (f(x).view(B, T, self.H, -1).transpose(1, 2) for f in (self.q, self.k, self.v))
+        s = self.cap * torch.tanh(q @ k.transpose(-2, -1) * self.scale / self.cap)
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return self.o((s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+
+
+def test_the_attention_level_reads_the_stated_scale_and_soft_cap():
+    """reference.run_attention: the scores' rule holds the config's attention_scale and attn_softcap; a wrong scale is
+    tried against the stated one (mistakes._divisors: the default 1 / sqrt(d_head) is then a mistake)."""
+    for stated in ({"attn_softcap": 2.0}, {}):  # the cap stated, or read from the forward (dataflow.softcaps)
+        capped = check.module(_CappedAttention(), "multi_head_attention", **stated)
+        assert capped.passed, str(capped)
+    assert not check.module(_CappedAttention(), "multi_head_attention", attn_softcap=4.0).passed  # the cap counts
+    scaled = check.module(_CappedAttention(cap=1e9, scale=0.125), "multi_head_attention", attention_scale=0.125)
+    assert scaled.passed, str(scaled)
+    default = check.module(_CappedAttention(cap=1e9), "multi_head_attention", attention_scale=0.125)
+    assert ids(default) == ["attention.wrong_scale"] and "the default" in default.diagnoses[0].message, str(default)
+
+
 @pytest.mark.parametrize("mistake", ["layer_norm.unbiased_variance", "layer_norm.eps_outside_sqrt"])
 def test_layer_norm_mistake_is_named(mistake):
     result = check.module(U.LayerNorm(8, mistake=mistake), "layer_norm")

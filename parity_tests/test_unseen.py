@@ -345,14 +345,6 @@ SLOW |= {c[0] for c in fresh47.CASES} - {  # fresh47: a case of each class by de
     "f47_performer",
     "f47_hybrid.not_causal_first_layer",
 }
-TODAY |= {  # fresh48: what the judge says today
-    "f48_granite.residual_multiplier_on_stream": "no pair at layers.0 naming mul, not the factor 0.22",
-    "f48_granite.wrong_scale_second_layer": "unexplained: wrong_scale not tried against a stated attention_scale",
-    "f48_granite.logits_multiplied": "unexplained: mul in (the module), neither an id nor differs at",
-    "f48_cohere.layer": "no pair at mlp (a parallel block) though parallel_residual is given",
-    "f48_mup_attention": "unexplained: the attention level ignores attention_scale",
-    "f48_t5_attention": "unexplained: the attention level ignores attention_scale",
-}
 SLOW |= {c[0] for c in fresh48.CASES} - {  # fresh48: a case of each class by default
     "f48_olmo2",
     "f48_cohere.wrong_scale_second_layer",

@@ -37,7 +37,7 @@ class Site:
     """An attention as its variants see it: d_model D, head size Dh, the reference's mask `keep` (True = may attend,
     broadcastable to (B, H, T_q, T_k), or None); a causal self-attention's keys' padding `pad` (B, 1, 1, T) or None
     and the cross-attention's mask `swap`; whether it rotates queries and keys (`rope`), has fewer K/V heads than
-    query heads (`gqa`), Gemma 2's cap on its scores (None: none)."""
+    query heads (`gqa`), Gemma 2's cap on its scores (None: none), the divisor of its scores the config states."""
 
     D: int
     Dh: int
@@ -52,6 +52,7 @@ class Site:
     sinks: bool = False  # GPT-OSS's sink logit per head in every softmax's denominator
     band: np.ndarray | None = None  # an encoder's local band (T, T), True within, where its config has local layers
     H: int = 0  # the query heads, where known (a head_dim other than D / H: Mistral-Small's)
+    divisor: float | None = None  # the scores' divisor the config states (1 / attention_scale; None: sqrt(Dh))
 
 
 @dataclass(frozen=True)

@@ -311,7 +311,9 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
     if diverged.stage is None:
         every = diverged.agree == len(check.cache[("stages", repr(choice.cfg), id(choice.probe))])
         output = any(not r.ok for r in result.rows if r.name == "output")  # not the gradients alone
-        result.unexplained = _after_parts(check, choice) if every and output else None
+        after = _after_parts(check, choice) if every and output else None
+        if after:  # an op the reference has no pair for, past every part it has (unsupported.explain may say more)
+            result.unsupported = differs(*after)
         return
     if diverged.said:
         where = hook_targets(check, choice.layout.links)[diverged.stage.unit] or "(the module)"
@@ -337,17 +339,25 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
             )
 
 
-def _after_parts(check, choice) -> str | None:
-    """Every hooked part agrees in situ, the output does not: the ops the user's forward computes after the last part
-    (the recorded forward read back from its output), said at the module that runs the first."""
+def _after_parts(check, choice) -> tuple[str, str] | None:
+    """Every hooked part agrees in situ, the output does not: (the module that runs the first, the ops the user's
+    forward computes after the last part, read back from its output; a product by a number said with it and what it
+    multiplies); None where there are none."""
     paths, flow = set(hook_targets(check, choice.layout.links).values()), check.flow
     ends = [c.output.index for c in flow.calls if c.path in paths and c.output] if flow and flow.nodes else []
     if not ends:
         return None
     after = [n for n in walk([flow.nodes[-1]], lambda n: [p for p in n.parents if p.index > max(ends)])]
     ops = sorted((n for n in after if n.op not in VIEWS | {"input", "param"}), key=lambda n: n.index)
-    said = ", ".join(dict.fromkeys(f"{n.op} in {n.module or '(the module)'}" for n in ops))
-    return f"(the module): every part agrees in situ, the output departs after the last: {said}" if said else None
+    made = {c.output.index: c.path for c in flow.calls if c.output}
+    said = []
+    for n in ops:
+        at, c = f"{n.op} in {n.module or '(the module)'}", DF._factor(n)
+        of = next((f"{made[p.index]}'s output" for p in n.parents if p.index in made), "a tensor")
+        said.append(at if c is None else f"{of} is multiplied by {c:.4g} ({at})")
+    if not said:
+        return None
+    return ops[0].module, f"every part agrees in situ, the output departs after the last: {', '.join(said)}"
 
 
 def _rewired(check, choice, diverged: Divergence, where: str) -> str | None:

@@ -59,6 +59,12 @@ class Level:
         return self.stacks == ("encoder",)
 
     @property
+    def decoder_only(self) -> bool:
+        """A decoder-only layer or model: causal, no cross-attention (its layers may be parallel blocks)."""
+        causal = self.causal if self.group == "layer" else self.group == "model" and self.stacks == ("decoder",)
+        return causal and not self.cross
+
+    @property
     def ids(self) -> tuple:
         """The inputs its probe gives as token ids: a model's (a decoder's memory is floats), an embedding's."""
         named = self.group == "model" or self.unit == "embedding"

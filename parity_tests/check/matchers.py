@@ -54,7 +54,7 @@ def match_attention(
     through = context.pop("through", None)
     queries = [len(params[n]) for n in ("q_proj.weight", "q_b_proj.weight") if n in (params or {})]  # V3's: q_b
     Dh = queries[0] // H if queries else D // H  # Qwen3's, latent attention's: H * Dh > D
-    site = MK.Site(D, Dh, keep, **read, **context, H=H)
+    site = MK.Site(D, Dh, keep, **read, **context, H=H, divisor=divisor)
 
     def run(knobs: dict, finite: bool = False) -> tuple:  # (the variant's output, its rows without keys, its error)
         knobs = {"softcap": softcap, "divisor": divisor, "alibi": alibi} | dict(knobs)

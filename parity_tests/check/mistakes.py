@@ -98,10 +98,13 @@ def _padding_on_queries(site: Site) -> list:
 
 
 def _divisors(site: Site) -> list:
-    """The divisors of the scores a user may have written instead of sqrt(d_head), each with its origin; where two
-    origins give the same number the first one listed names it."""
+    """The divisors of the scores a user may have written instead of the one expected (the config's stated divisor,
+    else sqrt(d_head)), each with its origin; where two origins give the same number the first one listed names it.
+    Under a stated divisor, sqrt(d_head) itself is one: the default kept where the stated scale belongs."""
     D, Dh = site.D, site.Dh
-    candidates = [
+    root = math.sqrt(Dh)
+    stated = [] if site.divisor is None else [(root, f"sqrt(d_head) = {root:.3g}: the default, not the config's")]
+    candidates = stated + [
         (Dh, f"d_head = {Dh}: the root is missing"),
         (Dh / 2, f"d_head / 2 = {Dh / 2:g}: `d_head ** 1/2` parses as `(d_head ** 1) / 2`"),
         (D / 2, f"d_model / 2 = {D / 2:g}: `d_model ** 1/2` parses as `(d_model ** 1) / 2`"),
@@ -109,15 +112,17 @@ def _divisors(site: Site) -> list:
         (D, f"d_model = {D}: the model width, and no root"),
         (1.0, "1: no scaling at all"),
     ]
-    if site.H:  # the root of D / H where the head's width is set apart from it (head_dim)
-        root = math.sqrt(D / site.H)
-        candidates.append((root, f"sqrt(d_model / n_heads) = {root:.3g}: not this model's head width"))
+    if site.H and not math.isclose(D / site.H, Dh):  # the root of D / H where the head's width is set apart
+        other = math.sqrt(D / site.H)
+        candidates.append((other, f"sqrt(d_model / n_heads) = {other:.3g}: not this model's head width"))
     found: dict = {}
+    divisor = root if site.divisor is None else site.divisor
     for value, origin in candidates:
         same = next((v for v in found if math.isclose(value, v)), value)  # the first value listed that is this one
-        if not math.isclose(value, math.sqrt(Dh)):
+        if not math.isclose(value, divisor):
             found[same] = f"{found[same]}; or {origin}" if same in found else origin
-    expected = f"expected sqrt(d_head) = {math.sqrt(Dh):.3g}"
+    said = "sqrt(d_head)" if site.divisor is None else "the config's 1 / attention_scale"
+    expected = f"expected {said} = {divisor:.3g}"
     return [(f"scores divided by {origin}; {expected}", {"divisor": value}) for value, origin in found.items()]
 
 

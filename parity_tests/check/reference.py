@@ -111,7 +111,8 @@ def run_attention(params: dict, p: Probe, cfg, dtype):
     if rope is not None and not p.self_attention:
         raise ValueError("rotary positions need self-attention: one input, T_q = T_k")
     mask = None if p.causal else keep_mask(p, "src")
-    rules = ScoreMod(causal=p.causal, window=cfg.sliding_window if p.causal else None)  # causal or not, a window
+    # the config's scale and soft cap on q . k; causal or not, a window
+    rules = ScoreMod(cfg.attention_scale, p.causal, cfg.sliding_window if p.causal else None, softcap=cfg.attn_softcap)
     out, cache = nt.multi_head_attention_forward(
         params, q, k, v, cfg.n_heads, mask, n_kv_heads=cfg.n_kv_heads, rope=rope, mod=rules, cross=not p.self_attention
     )
@@ -161,16 +162,17 @@ UNIT_RUNS = {  # a component's runner, by its unit
 
 
 def run_layer(params: dict, p: Probe, cfg, dtype, causal: bool):
-    """One layer on x: an encoder layer (the keys' padding masked), a decoder-only one (causal), or, given a memory
-    (B, T_k, D), a decoder layer cross-attending to it (its padding masked); the self-attention rotary where cfg
-    says."""
+    """One layer on x: an encoder layer (the keys' padding masked), a decoder-only one (causal; a parallel layer
+    where cfg says), or, given a memory (B, T_k, D), a decoder layer cross-attending to it (its padding masked); the
+    self-attention rotary where cfg says."""
     x, memory = p.floats["x"], p.floats.get("memory")
     rope = M.rope_for(cfg, x.shape[1], dtype) if memory is None else None  # rotary (cos, sin), or None
     if not causal:
         out, cache = M.encoder_layer_forward(params, x, cfg, mask=keep_mask(p, "src"), rope=rope)
         return out, _named(M.encoder_layer_backward, cache, ("x",))
-    out, cache = M.decoder_layer_forward(params, x, memory, cfg, memory_mask=keep_mask(p, "cross"), rope=rope)
-    return out, _named(M.decoder_layer_backward, cache, ("x", None if memory is None else "memory"))
+    forward, backward = M.decoder_layer(cfg)  # sequential, or the parallel layer cfg states
+    out, cache = forward(params, x, memory, cfg, memory_mask=keep_mask(p, "cross"), rope=rope)
+    return out, _named(backward, cache, ("x", None if memory is None else "memory"))
 
 
 def run_stack(params: dict, p: Probe, cfg, dtype, stack: str):

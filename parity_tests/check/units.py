@@ -166,7 +166,7 @@ def _units(entry, found, units: Units) -> None:
         _queries_first(units.attentions)
         blocks = flow.blocks[:-1] if _mlm_head(entry, flow, units, by) else flow.blocks
         units.blocks = _mixtures(flow, by, blocks)
-        units.parallel = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel
+        units.parallel = entry.decoder_only and flow.parallel
         _refuse_unpaired(entry, flow, units.parallel)
         _by_call(flow, units)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
@@ -961,7 +961,7 @@ def _link(lk: Linker) -> None:
     elif unit == "layer":
         _refuse_attention_alone(lk)
         lk.count("attentions", len(u.attentions), 2 if cross else 1)
-        lk.count("norms", len(u.norms), 3 if cross else 2)
+        lk.count("norms", len(u.norms), (3 if cross else 2) - lk.cfg.shared_norm)  # Phi-2's block: one
         lk.layer("", cross)
     elif unit in ("stacks", "model"):
         _link_stacks(lk)

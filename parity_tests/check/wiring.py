@@ -44,20 +44,28 @@ def rewired(flow, block: str, unit: str, links, norm_first: bool) -> str | None:
     want = _reference({r: n for n, r in role.items()}, norm_first)
     for name, got in read.items():
         if isinstance(got, DF.Node):
-            return _own(got, block, name, made)
+            return _own(got, block, name, made, x)
         if got is not None and name in want and got != want[name]:
             return _said(name, got, want[name], role)
     return None
 
 
-def _own(node, block: str, name: str, made: dict) -> str:
+def _own(node, block: str, name: str, made: dict, x) -> str:
     """An op of the block's own forward met on the way to `name`'s input: a part's output times a number before it
-    joins the residual (Granite's residual_multiplier) said with its number, else the op."""
+    joins the residual (Granite's residual_multiplier), or the block's input x (the stream) times one, said with its
+    number; else the op (with its number where it has one)."""
     c, part = DF._factor(node), next((made[p.index] for p in node.parents if p.index in made), None)
     if c is not None and part is not None:
         how = f"{node.op} in {block}'s own forward, before it joins the residual"
         return f"{part}'s output is multiplied by {c:.4g} ({how}), where the reference's layer adds it as it is"
-    return f"{node.op} in {block}'s own forward computes what the reference's layer does not ({name} reads it)"
+    if c is not None and x in node.parents:
+        how = f"{node.op} in {block}'s own forward, on its way to {name}"
+        return (
+            f"the residual stream (the block's input) is multiplied by {c:.4g} ({how}), where the reference's "
+            "layer carries it as it is"
+        )
+    op = node.op if c is None else f"{node.op} by {c:.4g}"
+    return f"{op} in {block}'s own forward computes what the reference's layer does not ({name} reads it)"
 
 
 def _roles(block: str, unit: str, links) -> dict | None:

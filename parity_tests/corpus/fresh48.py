@@ -70,6 +70,13 @@ First met: 12 of 18 right. Wrong:
   attention_scale 1 / 8 and 1.0 stated (shown in "config assumed"): check/reference.py's run_attention builds its
   ScoreMod from the causal flag and the window only, not from cfg.attention_scale.
 
+Fixed since: the attention-level reference (reference.run_attention) puts the config's attention_scale and
+attn_softcap on its scores; attention.wrong_scale is tried against the divisor the config states (the default
+sqrt(d_head) then among the mistakes); ops past every part, where the output departs after the last, are said as
+no pair at the module that runs the first, a product by a number with its number and what it multiplies; a block's
+own product of its input (the stream) by a number is said with that number; the decoder_only_layer level reads a
+parallel block as the reference's parallel layer (its one or two norms) and runs it. 18 of 18 right.
+
 Right, but worth a look: the embedding multipliers are said at the model itself (the product in its forward),
 "the embeddings (embed_tokens.weight) are multiplied by 12, where the reference scales them by sqrt(D) = 5.657 or
 not at all".
