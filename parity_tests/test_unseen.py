@@ -92,9 +92,6 @@ TODAY |= {  # fresh45, as first met
     "f45_xpos_llama": "unexplained at layer 0, no op named",
 }
 TODAY |= {  # fresh46: as first met
-    "f46_mla.rope_in_halves": "unexplained at blocks.0.attn: latent attention's rope turned in pairs only",
-    "f46_mla.paper_letters": "could not judge: w_uq and w_qr not read as one q projection; pass mapping=",
-    "f46_mla.rope_key_one_ahead_middle_layer": "unexplained at blocks.1.attn: no k_shift in latent attention",
     "f46_gpt_oss.dense_experts": "unexplained at layers.0.mlp: the stacked experts' biases (bmm + [:, None]) unread",
     "f46_gpt_oss.expert_linears": "no pair: clamp at layers.0.mlp.experts.0 (GPT-OSS's clamped SwiGLU)",
     "f46_gpt_oss.softmax_over_queries_last_layer": "unexplained at layers.2.self_attn: with sinks no axis variant",
