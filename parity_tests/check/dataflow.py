@@ -970,7 +970,7 @@ def _attention(node: Node) -> Attention | None:
     latent = _latent(k, kw)
     latent += _latent(q, qw, shared=False) if latent else []  # DeepSeek-V3's low-rank queries
     if latent and latent[0] not in kw:  # the paper's W_UQ and W_QR, W_UK and W_KR: the rotary ones last, as turned
-        qw, kw = (sorted(ws, key=lambda w, t=t: _turned(t, w)) for t, ws in ((q, qw), (k, kw)))
+        qw, kw = sorted(qw, key=lambda w: _turned(q, w)), sorted(kw, key=lambda w: _turned(k, w))
     outs = [n for n in _forward(fed) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     heads = _heads(q, node)

@@ -297,7 +297,7 @@ def layouts(model: Model, rope: list, inferred: bool) -> list:
     paired = any(MP.rope_paired(n, 2) for link in links for n, _ in link.parts)
     if inferred and rope and model.cfg.kv_lora_rank:
         return latent_layouts(model)
-    if not inferred or not rope or Dh % 2 or not paired or model.cfg.kv_lora_rank:
+    if not inferred or not rope or Dh % 2 or not paired:
         return [Layout(links)]
 
     def reordered(**order) -> list:  # the q and k rows, and their norms', in another order
