@@ -91,11 +91,6 @@ TODAY |= {  # fresh45, as first met
     "f45_longrope_phi3.short_factors_past_original_second_layer": "unexplained at layer 0 (max_len=64), no op named",
     "f45_xpos_llama": "unexplained at layer 0, no op named",
 }
-TODAY |= {  # fresh46: as first met
-    "f46_mla.rope_in_halves": "unexplained at blocks.0.attn: latent attention's rope turned in pairs only",
-    "f46_mla.paper_letters": "could not judge: w_uq and w_qr not read as one q projection; pass mapping=",
-    "f46_mla.rope_key_one_ahead_middle_layer": "unexplained at blocks.1.attn: no k_shift in latent attention",
-}
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
 SLOW = {
     "inference_llama", "table_lm.softmax_wrong_axis", "table_lm.dropout_active_in_eval", "gemma_lm.activation_on_up",

@@ -983,6 +983,8 @@ def _attention(node: Node) -> Attention | None:
     (qw, qs, qr), (kw, ks, kr), (vw, _, vr) = back(q, False), back(k, False), back(v, False)  # within the layer
     latent = _latent(k, kw)
     latent += _latent(q, qw, shared=False) if latent else []  # DeepSeek-V3's low-rank queries
+    if latent and latent[0] not in kw:  # the paper's W_UQ and W_QR, W_UK and W_KR: the rotary ones last, as turned
+        qw, kw = sorted(qw, key=lambda w: _turned(q, w)), sorted(kw, key=lambda w: _turned(k, w))
     outs = [n for n in _forward(fed) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     heads = _heads(q, node)
@@ -1058,14 +1060,25 @@ def _negated(node: Node) -> list:
 
 def _latent(start: Node, ws: list, shared: bool = True) -> list:
     """[down projection, norm scale] of multi-head latent attention: a key (or query) projection of `ws` reads the
-    normed output of another, which (`shared`) also gives the keys their shared rotary part: DeepSeek's kv_b_proj
-    on kv_a_proj's latent (V3's q_b_proj on q_a_proj's, not `shared`); else []."""
+    normed output of another, which (`shared`) also gives the keys their shared rotary part, or beside which a second
+    key projection gives it: DeepSeek's kv_b_proj on kv_a_proj's latent, the paper's W_UK on W_DKV's beside W_KR
+    (V3's q_b_proj on q_a_proj's, not `shared`); else []."""
     for node in walk([start], _behind):
         x = next((p for p in node.parents if weight_of(p) is None), None) if projection(node) in ws else None
         weights, scales, _ = back(x, False) if x is not None else ([], [], [])
-        if len(weights) == len(scales) == 1 and (weights[0] in ws or not shared):
+        if len(weights) == len(scales) == 1 and (weights[0] in ws or not shared or len(ws) == 2):
             return [weights[0], scales[0]]
     return []
+
+
+def _turned(start: Node, weight: str) -> bool:
+    """True where `weight`'s projection reaches `start` through a product with a rotary table (cos, sin or polar
+    behind its other operand): RoPE turns that projection's output."""
+    behind = {id(n): n for n in walk([start], _behind)}
+    ahead = lambda n: [c for c in n.children if id(c) in behind]  # noqa: E731
+    on_way = (n for p in behind.values() if projection(p) == weight for n in walk([p], ahead))
+    tables = lambda n: any(m.op in TURNS for p in n.parents for m in walk([p], _through_views))  # noqa: E731
+    return any(n.op in MULS and tables(n) for n in on_way)
 
 
 def columns_held(weight: str, operands: dict) -> dict:

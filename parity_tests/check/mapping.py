@@ -512,10 +512,11 @@ def pair_order(n: int, Dh: int, rotary: int = 0, order: tuple = ()) -> np.ndarra
 
 
 def rope_paired(name: str, Dh: int) -> bool:
-    """True when the reference tensor `name` is a query or key projection's (or its norm's: the same features) and
-    the q/k features are read in another order (interleaved pairs, or relabelled)."""
+    """True when the reference tensor `name` is a query or key projection's (or its norm's: the same features; latent
+    attention's q_b_proj and kv_a_proj, whose last rows per head are the rotary ones) and the q/k features are read
+    in another order (interleaved pairs, or relabelled)."""
     parts = name.rsplit(".", 2)
-    return Dh > 0 and len(parts) > 1 and parts[-2] in ("q_proj", "k_proj", "q_norm", "k_norm")
+    return Dh > 0 and len(parts) > 1 and parts[-2] in ("q_proj", "k_proj", "q_norm", "k_norm", "q_b_proj", "kv_a_proj")
 
 
 def rows_of(tensor: np.ndarray) -> np.ndarray:
@@ -528,13 +529,12 @@ def gather(link: Link, reference: dict) -> np.ndarray:
     axes merged: an expert's rows of the experts' stacked weights; of them the link's columns; q and k rows in the
     link's RoPE pairing) after
     `offset` rows of zeros, minus 1 where the user scales by 1 + weight."""
-    blocks = []
+    blocks, Dh = [], link.rope_pairs or len(link.rope_order)
     for n, rows in link.parts:
-        block = reference[n] if rows is None else rows_of(reference[n])[rows[0] : rows[1]]
-        block = block[:, link.columns[0] :: link.columns[1]] if link.columns else block
-        Dh = link.rope_pairs or len(link.rope_order)
-        paired = rope_paired(n, Dh)
-        blocks.append(block[pair_order(len(block), Dh, link.rope_rotary, link.rope_order)] if paired else block)
+        whole = reference[n] if rows is None else rows_of(reference[n])
+        whole = whole[pair_order(len(whole), Dh, link.rope_rotary, link.rope_order)] if rope_paired(n, Dh) else whole
+        block = whole if rows is None else whole[rows[0] : rows[1]]  # a part's rows of the reordered tensor
+        blocks.append(block[:, link.columns[0] :: link.columns[1]] if link.columns else block)
     zeros = np.zeros((link.offset, *blocks[0].shape[1:]), blocks[0].dtype)
     return np.concatenate([zeros, *blocks]) - link.minus_one
 

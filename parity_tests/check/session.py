@@ -295,7 +295,9 @@ def layouts(model: Model, rope: list, inferred: bool) -> list:
     first R (tables.sliced_orders), the q and k features in each order read."""
     Dh, links = model.cfg.d_head, model.links
     paired = any(MP.rope_paired(n, 2) for link in links for n, _ in link.parts)
-    if not inferred or not rope or Dh % 2 or not paired or model.cfg.kv_lora_rank:  # MLA's: pairs, as the reference's
+    if inferred and rope and model.cfg.kv_lora_rank:
+        return latent_layouts(model)
+    if not inferred or not rope or Dh % 2 or not paired:
         return [Layout(links)]
 
     def reordered(**order) -> list:  # the q and k rows, and their norms', in another order
@@ -310,6 +312,27 @@ def layouts(model: Model, rope: list, inferred: bool) -> list:
     halves = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
     pairs = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
     return [Layout(links, halves), Layout(reordered(rope_pairs=Dh, rope_rotary=model.cfg.rotary_dim or 0), pairs)]
+
+
+def latent_layouts(model: Model) -> list:
+    """Latent attention's Layouts: the reference's, turning the rotary rows (the last R of each head's queries, of
+    kv_a_proj's shared key) in pairs (2i, 2i + 1) as DeepSeek's code, and the same with those rows read in halves
+    (i, i + R/2), as rotate_half turns them: each head's rotary row u the reference's argsort(pair_order)[u]."""
+    cfg, links = model.cfg, model.links
+    R = cfg.rotary_dim or 0
+    if R % 2 or not R:
+        return [Layout(links)]
+    halves = np.argsort(MP.pair_order(R, R))
+    widths = {"q_proj": cfg.d_head, "q_b_proj": cfg.d_head, "kv_a_proj": (cfg.kv_lora_rank or 0) + R}  # per head
+
+    def reordered(link: MP.Link) -> MP.Link:  # a link of one of those tensors: each head's rotary rows in halves
+        width = {widths.get(n.rsplit(".", 2)[-2], 0) for n, _ in link.parts if "." in n}
+        w = width.pop() if len(width) == 1 else 0
+        return dataclasses.replace(link, rope_order=(*range(w - R), *(w - R + halves).tolist())) if w else link
+
+    pairs = "interleaved pairs (2i, 2i + 1) on the rotary part, as DeepSeek's code (the reference's)"
+    halves_read = "halves (i, i + R/2) on the rotary part, as rotate_half: its q and k rows read in that order"
+    return [Layout(links, pairs), Layout([reordered(x) for x in links], halves_read)]
 
 
 def probe_sizes(user, level: str, example=None, batch_first=None, **_) -> PR.Sizes:

@@ -177,7 +177,7 @@ def _units(entry, found, units: Units) -> None:
             block[:2] = block[1::-1]
     if units.attentions:
         first = units.attentions[0]
-        units.kv = sum(_rows(first, p, units.width).get("k", 0) for p in _qkv(first))
+        units.kv = 0 if first["latent"] else sum(_rows(first, p, units.width).get("k", 0) for p in _qkv(first))
     if units.token_tables and entry.group == "model":
         _output_head(entry, found, units)
     _refuse_missing(entry, flow, units)
@@ -576,9 +576,28 @@ def _latent_sizes(units: Units) -> dict:
     if a is None:
         return {}
     (down, norm, *low_rank), H = a["latent"], units.H
-    sizes = dict(kv_lora_rank=norm.size, rotary_dim=down.out_features - norm.size, positional="rope", n_kv_heads=None)
+    R = a["k"][-1].out_features if len(a["k"]) > 1 else down.out_features - norm.size  # the paper's W_KR, or beside
+    sizes = dict(kv_lora_rank=norm.size, rotary_dim=R, positional="rope", n_kv_heads=None)
     sizes["q_lora_rank"] = low_rank[1].size if low_rank else None
-    return sizes | {"head_dim": a["q"][0].out_features // H, "v_head_dim": a["out"][0].in_features // H}
+    return sizes | {"head_dim": sum(q.out_features for q in a["q"]) // H, "v_head_dim": a["out"][0].in_features // H}
+
+
+def _paper_rows(attention: dict, prefix: str, H: int) -> dict:
+    """Latent attention held in the paper's separate matrices (dataflow: the rotary ones last): {weight: parts}, the
+    rows of the reference's fused ones each holds: of each head in q_b_proj (W_UQ's, then W_QR's) and in kv_b_proj
+    (W_UK's, then W_UV's), of kv_a_proj (W_DKV's latent, then W_KR's shared rotary key); {} for the fused layout."""
+    latent, (*ups, key), v = attention["latent"], attention["k"], attention["v"]
+    if not latent or not ups or len({id(p) for p in ups + v}) < len(ups + v):
+        return {}
+    C, kv_a = latent[1].size, f"{prefix}kv_a_proj"
+    rows = {latent[0].weight: [(kv_a, (0, C))], key.weight: [(kv_a, (C, C + key.out_features))]}
+    for stem, pieces in (("q_b" if latent[2:] else "q", attention["q"]), ("kv_b", ups + v)):
+        ends = [0, *(sum(p.out_features // H for p in pieces[: i + 1]) for i in range(len(pieces)))]
+        for i, p in enumerate(pieces):  # head h's rows of this piece: after those of the pieces before it
+            rows[p.weight] = [
+                (f"{prefix}{stem}_proj", (h * ends[-1] + ends[i], h * ends[-1] + ends[i + 1])) for h in range(H)
+            ]
+    return rows
 
 
 def _built(base: dict, known: dict) -> TransformerConfig:
@@ -853,10 +872,11 @@ class Linker:
         latent = attention["latent"]
         stems = {"k": "kv_b", "v": "kv_b", "q": "q_b" if latent[2:] else "q"} if latent else {}  # MLA's
         names = {r: f"{prefix}{stems.get(r, r)}_proj" for r in ROLES}
+        paper = _paper_rows(attention, prefix, self.cfg.n_heads)  # MLA's separate matrices: the fused rows each holds
         for piece in _qkv(attention):
-            self._projection(attention, piece, names)
+            self.piece(piece, paper[piece.weight], False) if paper else self._projection(attention, piece, names)
         for name, down, norm in zip(("kv_a", "q_a"), latent[::2], latent[1::2], strict=False):  # MLA's, and norms
-            self.piece(down, [(f"{prefix}{name}_proj", None)], False)  # kv_a: the latent, then the rotary key part
+            self.piece(down, paper.get(down.weight, [(f"{prefix}{name}_proj", None)]), False)  # the latent, rotary key
             self.norm(norm, f"{prefix}{name}_norm.")
         if len(attention["out"]) != 1:
             raise ValueError(

@@ -138,13 +138,13 @@ def multi_head_attention(
     q_norm.weight and k_norm.weight RMS-normalise (eps `qk_eps`) each head's queries and keys first (Qwen3), or each
     projection's output where as wide (OLMo 2); `norms` (role "q" or "k" -> a function) puts another in one's place.
     `relative` (rope_knobs') with params holding relative_bias.weight: T5's bias of those buckets on the scores.
-    params holding kv_b_proj.weight: DeepSeek's latent attention (latent_heads)."""
+    params holding kv_b_proj.weight: DeepSeek's latent attention (latent_heads, with the same RoPE knobs)."""
     relative, table = knobs.pop("relative", None), params.get("relative_bias.weight")
     if relative and table is not None:  # the table (n_buckets, H) read at each query and key's bucket: (H, T_q, T_k)
         buckets = relative_buckets(relative, np.arange(query.shape[1]), np.arange(key.shape[1]))
         knobs["bias"] = np.moveaxis(table[buckets], -1, 0)
     if "kv_b_proj.weight" in params:
-        q, k, v = latent_heads(params, query, key, H, theta, rotary, scaling)
+        q, k, v = latent_heads(params, query, key, H, theta, rotary, scaling, pairs, k_shift)
         return linear(merge(attention_heads(q, k, v, keep, **knobs)), params, "out_proj")
     n_kv = H if n_kv is None else n_kv
     transpose, transpose_back = {"split": (False, True), "merge": (True, False)}.get(transpose, (transpose,) * 2)
@@ -171,20 +171,21 @@ def multi_head_attention(
     return linear(merge(attention_heads(q, k, v, keep, **knobs), transpose_back), params, "out_proj")
 
 
-def latent_heads(params, query, key, H, theta, R, scaling=None):
+def latent_heads(params, query, key, H, theta, R, scaling=None, pairs=("half", "half"), k_shift=0):
     """Multi-head latent attention's heads (numpy_transformer/latent_attention.py): q (B, H, T_q, Dn + R) from
     q_proj; from kv_a_proj the latent (RMS-normalised, kv_a_norm) and the rotary key part shared by the heads;
-    kv_b_proj's latent to each head's keys (Dn) and values; the last R features of q and k turned in pairs (their
-    frequencies scaled by `scaling`, rotate's)."""
+    kv_b_proj's latent to each head's keys (Dn) and values; the last R features of q and k turned (their frequencies
+    scaled by `scaling`, rotate's) in the reference's pairs (2i, 2i + 1), where `pairs` (multi_head_attention's)
+    names the reference's pairing ("half"), else in halves; the keys at positions shifted by `k_shift`."""
     (B, T, _), C = key.shape, params["kv_a_norm.weight"].shape[0]
     low_rank = "q_a_proj.weight" in params  # V3's queries: q_a_proj, q_a_norm, q_b_proj
     x = rms_norm(linear(query, params, "q_a_proj"), params["q_a_norm.weight"], LATENT_NORM_EPS) if low_rank else query
     q, latent = split(linear(x, params, "q_b_proj" if low_rank else "q_proj"), H), linear(key, params, "kv_a_proj")
     kv = split(linear(rms_norm(latent[..., :C], params["kv_a_norm.weight"], LATENT_NORM_EPS), params, "kv_b_proj"), H)
-    Dn = q.shape[-1] - R
-    q[..., Dn:] = rotate(q[..., Dn:], theta, "interleaved", scaling=scaling)
-    k_pe = np.broadcast_to(rotate(latent[:, None, :, C:], theta, "interleaved", scaling=scaling), (B, H, T, R))
-    return q, np.concatenate([kv[..., :Dn], k_pe], axis=-1), kv[..., Dn:]
+    Dn, (q_pairing, k_pairing) = q.shape[-1] - R, ("interleaved" if p == "half" else "half" for p in pairs)
+    q[..., Dn:] = rotate(q[..., Dn:], theta, q_pairing, scaling=scaling)
+    k_pe = rotate(latent[:, None, :, C:], theta, k_pairing, k_shift, scaling=scaling)
+    return q, np.concatenate([kv[..., :Dn], np.broadcast_to(k_pe, (B, H, T, R))], axis=-1), kv[..., Dn:]
 
 
 def layer_norm(x, weight, bias, eps, unbiased=False, eps_outside=False, axis=-1):

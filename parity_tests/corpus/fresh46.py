@@ -87,6 +87,13 @@ activation other than a clamp reads, so experts of their own Linears are read as
 and interleaved columns of gate_up_proj (and no clamp inside a routed expert is said to have no pair); the sink
 column joins the scores and keeps the mask and axis knobs of the plain softmax, so the wrong axis is tried with sinks.
 
+Fixed since (the MLA cases): the judge reads latent attention's rotary part in either pairing, as it reads other
+attentions': a second weight map with each head's rotary rows of q_b_proj and the shared key's of kv_a_proj in
+halves (check/session.py latent_layouts); the paper's separate matrices are joined into the fused layout by what
+each feeds, the rotary ones read as those RoPE turns (W_UQ and W_QR each head's rows of q_b_proj, W_UK and W_UV
+of kv_b_proj, W_DKV and W_KR the latent's and the rotary key's rows of kv_a_proj: check/units.py _paper_rows);
+and variants.latent_heads takes the catalogue's RoPE knobs (k_shift, the mixed pairing) as other attentions do.
+
 Most checks take 0.4 to 1.1 s on 2 shared cores (three-layer whole models; fresh42's took as long), over the 0.5 s
 asked: all but three are in test_unseen's SLOW set.
 
@@ -373,7 +380,7 @@ class MLALM(nn.Module):
 def mla(where: str = "", mistake: str = "", style: str = "pairs") -> MLALM:
     """Three MLA blocks; `mistake` ("kv_eps", "shift", "scale") put in block `where` ("norm": the final norm's eps);
     `style`: "pairs" or "halves" (DeepSeek-V3's fused projections, the rope turned in interleaved pairs or in
-    halves), "paper" (the paper's separate W_UQ, W_QR, W_UK, W_UV, W_KR, in halves)."""
+    halves), "paper" (the paper's separate W_UQ, W_QR, W_UK, W_UV, W_KR, in pairs)."""
     torch.manual_seed(0)
     attns = []
     for i in range(3):
