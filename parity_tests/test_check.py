@@ -330,10 +330,11 @@ def test_bad_arguments_are_refused():
 
 
 def test_catalogue_has_every_design_id():
-    assert len(CATALOGUE) == 45  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island,
+    assert len(CATALOGUE) == 46  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island,
     # q_k_swapped, layer_norm.wrong_axis, Gemma 2's two soft-cap mistakes,
     # GPT-OSS's sink left out, QuickGELU's constant,
-    # a ViT's positions added before the class token
+    # a ViT's positions added before the class token,
+    # a scaled RoPE's attention factor left off (fresh45)
     assert {"attention.masks_swapped", "embedding.double_scale", "positions.wrong_frequencies"} <= set(CATALOGUE)
 
 

@@ -52,6 +52,7 @@ class Site:
     sinks: bool = False  # GPT-OSS's sink logit per head in every softmax's denominator
     band: np.ndarray | None = None  # an encoder's local band (T, T), True within, where its config has local layers
     H: int = 0  # the query heads, where known (a head_dim other than D / H: Mistral-Small's)
+    scaling: tuple | None = None  # a scaled RoPE's (RopeScaling, max_len), where it turns queries and keys
 
 
 @dataclass(frozen=True)

@@ -145,9 +145,8 @@ def rope_table(value: np.ndarray, Dh: int) -> tuple[float, np.ndarray] | None:
     if read is None:
         return None
     rows = (v[1][: Dh // 2], v[1][::2])  # halves; pairs
-    read_off = [(read(np.clip(row, -1, 1)), exact) for row in rows for exact in (False, True)]
-    read_off = [t for inv, exact in read_off if (t := _theta_from(inv, Dh, exact)) is not None]
-    bases = dict.fromkeys(b for t in read_off for b in (float(f"{t:.3g}"), t))
+    read_off = [_theta_from(read(np.clip(row, -1, 1)), Dh, exact) for row in rows for exact in (False, True)]
+    bases = dict.fromkeys(b for t in read_off if t is not None for b in (float(f"{t:.3g}"), t))
     tried = [(theta, table, tol) for theta in bases for table, tol in rope_tables(theta, Dh, len(value)).values()]
     for precision in (1e-7, 1.0):  # float64's, float32's
         found = next(((theta, table) for theta, table, tol in tried if _within(value, table, tol * precision)), None)
@@ -316,9 +315,9 @@ def stated_scaling(module) -> tuple[float, RopeScaling, int | None] | None:
         if isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
             base = rope.get("rope_theta", getattr(config, "rope_theta", None)) or 10000.0
             lengths = {k: v for k in LENGTHS if type(v := getattr(config, k, None)) is int and v > 0}
-            original = {k: v for k, v in lengths.items() if k == LENGTHS[1] and k not in rope}
+            original = {k: v for k, v in lengths.items() if k == LENGTHS[1]}  # Phi-3's, where the scaling has none
             try:
-                scaling = read_scaling(rope, "rope_parameters", aliases={"su": "longrope"}, **original)
+                scaling = read_scaling(original | rope, "rope_parameters", aliases={"su": "longrope"})
             except ValueError:
                 return None
             return (float(base), scaling, lengths.get(LENGTHS[0])) if scaling is not None else None

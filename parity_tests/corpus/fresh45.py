@@ -436,7 +436,14 @@ CASES = [
         lambda: long_llama("yarn", "no_mscale"),
         "transformer_lm",
         {},
-        ("mistake", "attention.wrong_scale", SELF_ATTN),
+        ("mistake", "rope.attention_factor_missing", SELF_ATTN),
+    ),
+    (
+        "f45_longrope_phi3.attention_factor_left_off_second_layer",
+        lambda: long_llama("longrope", "no_mscale"),
+        "transformer_lm",
+        {},
+        ("mistake", "rope.attention_factor_missing", SELF_ATTN),
     ),
     (
         "f45_pi_llama.positions_times_factor_second_layer",
