@@ -381,15 +381,15 @@ def _other_angles(check, choice, diverged: Divergence, where: str) -> str | None
     halves or pairs; position t from 0) at frequencies w none of the reference's RoPE under the config (its base,
     scaling and max_len, for a sequence as long as the table or the recorded queries) in any order: said at `where`
     with both, each as base^(-2i/R) times or divided by what; None for any other divergence."""
-    flow, cfg, unit = check.flow, choice.cfg, diverged.stage.unit
+    flow, cfg, unit = check.flow, choice.cfg, diverged.stage.unit if diverged.stage else ""
     held = [a for a in (flow.attentions if flow else []) if f"{a.module}.".startswith(f"{where}.") or not where]
     if cfg.positional != "rope" or not held or not held[0].turned or not cfg.layer_uses_rope(R.layer_of(unit)):
         return None
-    turn = held[0].turned[0]
-    angles = flow.values[turn.parents[-1 if turn.op == "polar" else 0].index].detach().double().cpu().numpy()
-    angles = angles.reshape(-1, *angles.shape[-2:])[0] if angles.ndim >= 2 else angles
-    if angles.ndim != 2 or len(angles) < 3:
+    turn, out = held[0].turned[0], held[0].out_node
+    value = flow.values.get(turn.parents[-1].index if turn.parents else -1)  # polar(abs, angle), cos(angle)
+    if not isinstance(value, torch.Tensor) or value.ndim < 2 or value.shape[-2] < 3 or value.is_complex():
         return None
+    angles = value.detach().double().cpu().numpy().reshape(-1, *value.shape[-2:])[0]  # (T, columns)
     half = angles.shape[-1] // 2  # one column per frequency: halves (cat) or pairs (repeat_interleave)
     if np.array_equal(angles[:, :half], angles[:, half:]):
         angles = angles[:, :half]
@@ -399,7 +399,7 @@ def _other_angles(check, choice, diverged: Divergence, where: str) -> str | None
     if not np.allclose(angles, np.arange(T)[:, None] * w, rtol=1e-9, atol=1e-12) or not w.any():
         return None
     theta, scaling, R_ = cfg.layer_rope_theta(R.layer_of(unit)), cfg.layer_rope_scaling(R.layer_of(unit)), 2 * len(w)
-    lengths = list(dict.fromkeys([int(held[0].out_node.shape[-2])] * (held[0].out_node is not None) + [T]))
+    lengths = list(dict.fromkeys([int(out.shape[-2])] * (out is not None and len(out.shape) > 2) + [T]))
     refs = [rope_frequencies(R_, theta, scaling, cfg.max_len, L)[0] for L in lengths]
     if any(np.allclose(np.sort(w), np.sort(ref), rtol=1e-9) for ref in refs):
         return None
