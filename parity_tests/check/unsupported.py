@@ -1454,8 +1454,10 @@ def _turned_then_scaled(rec) -> tuple | None:
             for table in node.parents:
                 value = rec.values.get(table.index)
                 made = DF.walk([table], lambda n: n.parents)
-                if not isinstance(value, torch.Tensor) or value.numel() < 2 or bool((value == value.max()).all()):
-                    continue  # a number, or the same everywhere
+                if not isinstance(value, torch.Tensor) or value.is_complex() or value.numel() < 2:
+                    continue  # a number, or a complex rotation (Meta's)
+                if bool((value == value.max()).all()):
+                    continue  # the same everywhere
                 if not any(n.param is not None or n.op in DF.TURNS or n.op == "input" for n in made):
                     by = f"{'multiplied' if node.op in DF.MULS else 'divided'} by a table {tuple(value.shape)}"
                     span = f"{float(value.min()):.4g} to {float(value.max()):.4g}"
