@@ -361,10 +361,11 @@ def test_bad_arguments_are_refused():
 
 
 def test_catalogue_has_every_design_id():
-    assert len(CATALOGUE) == 45  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island,
+    assert len(CATALOGUE) == 46  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island,
     # q_k_swapped, layer_norm.wrong_axis, Gemma 2's two soft-cap mistakes,
     # GPT-OSS's sink left out, QuickGELU's constant,
-    # a ViT's positions added before the class token
+    # a ViT's positions added before the class token,
+    # a scaled RoPE's attention factor left off (fresh45)
     assert {"attention.masks_swapped", "embedding.double_scale", "positions.wrong_frequencies"} <= set(CATALOGUE)
 
 
@@ -400,6 +401,7 @@ def test_every_registered_attention_mistake_has_a_variant_that_changes_the_outpu
 
     from parity_tests.check import mistakes as MK
     from parity_tests.check import variants as VR
+    from transformer_spec.config import RopeScaling
 
     rng = np.random.default_rng(0)
     B, H, T, Dh = 2, 2, 4, 4
@@ -413,11 +415,13 @@ def test_every_registered_attention_mistake_has_a_variant_that_changes_the_outpu
         MK.Site(H * Dh, Dh, None, rope=True, gqa=True),
         MK.Site(H * Dh, Dh, causal, causal=True, softcap=1.5),  # Gemma 2's cap on the scores
         MK.Site(H * Dh, Dh, causal, causal=True, sinks=True),  # GPT-OSS's sink logit per head
+        MK.Site(H * Dh, Dh, None, rope=True, scaling=(RopeScaling("yarn", 4.0, 8), 32)),  # YaRN's attention factor
     ]
     for mistake in (m for m in MK.MISTAKES if m.unit == MK.ATTENTION):
         found = [(s, knobs) for s in sites for _, knobs in mistake.variants(s)]
         assert found, f"{mistake.id}: no variant at any site"
-        heads = [(s, dict(kn)) for s, kn in found if not set(kn) & {"transpose", "rope_v", "pairs", "k_shift", "tile"}]
+        whole = {"transpose", "rope_v", "pairs", "k_shift", "tile", "scaling"}
+        heads = [(s, dict(kn)) for s, kn in found if not set(kn) & whole]
         if not heads:
             continue  # knobs of the whole multi-head attention only: test_check_llama and the corpus name them
         differences = []

@@ -82,15 +82,6 @@ CORPORA += (fresh45, fresh46, fresh47, fresh48)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh45, as first met
-    "f45_ntk_llama": "unexplained at layer 0 (6e-09, float32 rounding?): the base read as 63496.0, not 63496.042",
-    "f45_dynamic_ntk_llama": "unexplained at layer 0: dynamic read, judged at max_len=64, not the config's 8",
-    "f45_longrope_phi3": "unexplained at layer 0: longrope read, judged at max_len=64, not the config's 32",
-    "f45_yarn_llama.attention_factor_left_off_second_layer": "unexplained at layer 1, no id",
-    "f45_pi_llama.positions_times_factor_second_layer": "unexplained at layer 1, no op named",
-    "f45_longrope_phi3.short_factors_past_original_second_layer": "unexplained at layer 0 (max_len=64), no op named",
-    "f45_xpos_llama": "unexplained at layer 0, no op named",
-}
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
 SLOW = {
     "inference_llama", "table_lm.softmax_wrong_axis", "table_lm.dropout_active_in_eval", "gemma_lm.activation_on_up",
@@ -348,6 +339,8 @@ SLOW |= {c[0] for c in fresh48.CASES} - {  # fresh48: a case of each class by de
 SLOW |= {c[0] for c in fresh45.CASES} - {  # fresh45: a case of each class by default
     "f45_yarn_llama",
     "f45_yarn_llama.keys_in_pairs_second_layer",
+    "f45_yarn_llama.attention_factor_left_off_second_layer",
+    "f45_pi_llama.positions_times_factor_second_layer",
     "f45_xpos_llama",
 }
 SLOW |= {c[0] for c in fresh46.CASES} - {  # fresh46: a case of each class by default (each 0.1-0.4 s)

@@ -53,6 +53,7 @@ class Site:
     band: np.ndarray | None = None  # an encoder's local band (T, T), True within, where its config has local layers
     H: int = 0  # the query heads, where known (a head_dim other than D / H: Mistral-Small's)
     divisor: float | None = None  # the scores' divisor the config states (1 / attention_scale; None: sqrt(Dh))
+    scaling: tuple | None = None  # a scaled RoPE's (RopeScaling, max_len), where it turns queries and keys
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from numpy_transformer import model as M
+from numpy_transformer.attention import rope_frequencies
 
 from . import calling as C
 from . import dataflow as DF
@@ -325,6 +326,7 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
     result.diagnoses += found
     own = None if found else _own_eps(check, choice, diverged, where)
     result.unsupported = None if found else own or _rewired(check, choice, diverged, where)
+    result.unsupported = result.unsupported or (None if found else _other_angles(check, choice, diverged, where))
     if not found and not result.unsupported:
         how = departs(diverged.user, diverged.stage.output, diverged.stage.valid, choice.cfg.n_heads)
         result.unexplained = (
@@ -382,6 +384,56 @@ def _own_eps(check, choice, diverged: Divergence, where: str) -> str | None:
         return None
     return differs(where, f"the norm takes eps {own:g} where the model's other norms take {cfg.layer_norm_eps:g} "
                    "(the reference has one layer_norm_eps for every norm)")  # fmt: skip
+
+
+def _other_angles(check, choice, diverged: Divergence, where: str) -> str | None:
+    """An attention whose forward turns q and k by the cos and sin (or polar) of angles t w_i (the recorded table, in
+    halves or pairs; position t from 0) at frequencies w none of the reference's RoPE under the config (its base,
+    scaling and max_len, for a sequence as long as the table or the recorded queries) in any order: said at `where`
+    with both, each as base^(-2i/R) times or divided by what; None for any other divergence."""
+    flow, cfg, unit = check.flow, choice.cfg, diverged.stage.unit if diverged.stage else ""
+    held = [a for a in (flow.attentions if flow else []) if f"{a.module}.".startswith(f"{where}.") or not where]
+    if cfg.positional != "rope" or not held or not held[0].turned or not cfg.layer_uses_rope(R.layer_of(unit)):
+        return None
+    turn, out = held[0].turned[0], held[0].out_node
+    value = flow.values.get(turn.parents[-1].index if turn.parents else -1)  # polar(abs, angle), cos(angle)
+    if not isinstance(value, torch.Tensor) or value.ndim < 2 or value.shape[-2] < 3 or value.is_complex():
+        return None
+    angles = value.detach().double().cpu().numpy().reshape(-1, *value.shape[-2:])[0]  # (T, columns)
+    half = angles.shape[-1] // 2  # one column per frequency: halves (cat) or pairs (repeat_interleave)
+    if np.array_equal(angles[:, :half], angles[:, half:]):
+        angles = angles[:, :half]
+    elif np.array_equal(angles[:, ::2], angles[:, 1::2]):
+        angles = angles[:, ::2]
+    T, w = len(angles), angles[1]
+    if not np.allclose(angles, np.arange(T)[:, None] * w, rtol=1e-9, atol=1e-12) or not w.any():
+        return None
+    theta, scaling, R_ = cfg.layer_rope_theta(R.layer_of(unit)), cfg.layer_rope_scaling(R.layer_of(unit)), 2 * len(w)
+    lengths = list(dict.fromkeys([int(out.shape[-2])] * (out is not None and len(out.shape) > 2) + [T]))
+    refs = [rope_frequencies(R_, theta, scaling, cfg.max_len, L)[0] for L in lengths]
+    if any(np.allclose(np.sort(w), np.sort(ref), rtol=1e-9) for ref in refs):
+        return None
+    plain, scaled = rope_frequencies(R_, theta)[0], f"{scaling.rope_type}-scaled " if scaling else ""
+    return differs(
+        where,
+        f"the queries turned by the {turn.op} of angles t w_i, w = ({_listed(w)}) = {theta:g}^(-2i/{R_}) "
+        f"{_relation(w / plain)}; the reference's {scaled}RoPE (max_len {cfg.max_len}), for a sequence of "
+        f"{lengths[0]}, turns at w = ({_listed(refs[0])}) = {theta:g}^(-2i/{R_}) {_relation(refs[0] / plain)}",
+    )
+
+
+def _listed(values: np.ndarray) -> str:
+    return ", ".join(f"{v:.4g}" for v in values)
+
+
+def _relation(ratios: np.ndarray) -> str:
+    """How frequencies relate to plain RoPE's at their `ratios`: as they are, times or divided by one number, or
+    divided by one each."""
+    if np.allclose(ratios, 1, rtol=1e-9):
+        return "as they are"
+    if np.allclose(ratios, ratios[0], rtol=1e-9):
+        return f"times {ratios[0]:.4g}" if ratios[0] > 1 else f"divided by {1 / ratios[0]:.4g}"
+    return f"divided by ({_listed(1 / ratios)})"
 
 
 def _at_embedding(check, choice, stage, user_out) -> tuple[str, list]:

@@ -51,6 +51,7 @@ def match_attention(
     tiers: tuple = ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
     D = query.shape[-1] * (H if params is None else 1)  # heads already split: (B, H, T, Dh)
     read = dict(rope=theta is not None, gqa=n_kv not in (None, H), softcap=softcap, sinks="sinks" in (params or {}))
+    read |= {"scaling": scaling if theta is not None else None}
     through = context.pop("through", None)
     queries = [len(params[n]) for n in ("q_proj.weight", "q_b_proj.weight") if n in (params or {})]  # V3's: q_b
     Dh = queries[0] // H if queries else D // H  # Qwen3's, latent attention's: H * Dh > D
@@ -65,7 +66,7 @@ def match_attention(
             by_rows = user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3)
             return variant, empty, match(*by_rows, None, empty, finite)
         key, value = kv if isinstance(kv, tuple) else (kv, kv)
-        options = dict(qk_eps=qk_eps, rotary=rotary, scaling=scaling, order=order, relative=relative, **knobs)
+        options = dict(qk_eps=qk_eps, rotary=rotary, scaling=scaling, order=order, relative=relative) | knobs
         if through is None:
             variant = VR.multi_head_attention(params, query, key, value, H, k, transpose, n_kv, theta, **options)
         else:  # in the layer: the sublayer's query and key/value input, the variant's mask (`k`) for the layer's

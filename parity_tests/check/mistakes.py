@@ -11,10 +11,13 @@ reads it), the line of math it changes, the unit it is looked for at, and how it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
 import numpy as np
+
+from numpy_transformer.attention import rope_frequencies
 
 from . import backward_mistakes as BM
 from .diagnosis import Mistake, Site
@@ -126,6 +129,20 @@ def _divisors(site: Site) -> list:
     return [(f"scores divided by {origin}; {expected}", {"divisor": value}) for value, origin in found.items()]
 
 
+def _factor_left_off(site: Site) -> list:
+    """A scaled RoPE whose cos and sin carry an attention factor m other than 1 (YaRN's, LongRoPE's) run without it:
+    the scores 1 / m^2 of the reference's. m does not depend on the base (rope_frequencies' at 10000)."""
+    if site.scaling is None:
+        return []
+    s, max_len = site.scaling
+    m = rope_frequencies(site.Dh, 10000.0, s, max_len, max_len)[1]
+    if math.isclose(m, 1.0):
+        return []
+    message = f"cos and sin not multiplied by the {s.rope_type} scaling's attention factor m = {m:.4g}: the scores "
+    message += f"1 / m^2 = {m**-2:.4g} of the reference's"
+    return [(message, {"scaling": (dataclasses.replace(s, attention_factor=1.0), max_len)})]
+
+
 def _wrong_axis(statistic: str) -> tuple:
     """A norm's `statistic` taken over the positions, the batch or every element instead of the features."""
     over = (
@@ -163,6 +180,11 @@ MISTAKES = (
         ("keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
         ("keys rotated one position behind the queries (m - 1)", {"k_shift": -1}),
         when=lambda s: s.rope,
+    ),
+    _at(
+        "rope.attention_factor_missing",
+        "cos and sin of a scaled RoPE (YaRN, LongRoPE) not multiplied by its attention factor m: scores / m^2",
+        _factor_left_off,
     ),
     _at(
         "attention.kv_heads_tiled",

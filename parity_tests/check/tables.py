@@ -111,13 +111,13 @@ def _sines(angles: np.ndarray, pairs: bool) -> np.ndarray:
 THETA_ATTRS = ("rope_theta", "theta", "base", "rope_base", "rotary_base")
 
 
-def _theta_from(inv_freq: np.ndarray, Dh: int) -> float | None:
+def _theta_from(inv_freq: np.ndarray, Dh: int, exact: bool = False) -> float | None:
     """The RoPE base of an inverse-frequency vector theta^(-2i/Dh), i < Dh/2, rounded to an integer where it is
-    one to float32 precision (a float32 buffer)."""
+    one to float32 precision (a float32 buffer), unless `exact`."""
     if inv_freq.shape != (Dh // 2,) or Dh < 4 or not 0 < inv_freq[1] < 1 - 1e-6:  # all 1 (base 1): one pair's
         return None
     theta = float(inv_freq[1] ** (-Dh / 2))
-    return float(round(theta)) if abs(theta - round(theta)) <= 1e-4 * theta else theta
+    return float(round(theta)) if abs(theta - round(theta)) <= 1e-4 * theta and not exact else theta
 
 
 def _sin_cos_table(tensor) -> bool:
@@ -135,17 +135,24 @@ def _sin_cos_table(tensor) -> bool:
 def rope_table(value: np.ndarray, Dh: int) -> tuple[float, np.ndarray] | None:
     """(base, float64 table) where `value` (float64, axes of size 1 dropped) is one of rope_tables' sin, cos or
     complex tables for heads of Dh features, else None: the base read from position 1's row (a cos near 1 reads it
-    coarsely, so the base rounded to three digits is tried first), then the whole table checked at that base."""
+    coarsely, so the base rounded to three digits, then to an integer, is tried first), then the whole table checked
+    at that base: first to float64's precision (a table computed in float64 gives its base exactly, 10000 4^(4/3)
+    unrounded), then to float32's."""
     if value.ndim != 2 or Dh < 4 or Dh % 2 or value.shape[0] < 2 or value.shape[1] not in (Dh // 2, Dh):
         return None
     v = value.imag if np.iscomplexobj(value) else value
     read = np.arcsin if not v[0].any() else np.arccos if np.all(v[0] == 1) else None
     if read is None:
         return None
-    read_off = [_theta_from(read(np.clip(row, -1, 1)), Dh) for row in (v[1][: Dh // 2], v[1][::2])]  # halves; pairs
+    rows = (v[1][: Dh // 2], v[1][::2])  # halves; pairs
+    read_off = [_theta_from(read(np.clip(row, -1, 1)), Dh, exact) for row in rows for exact in (False, True)]
     bases = dict.fromkeys(b for t in read_off if t is not None for b in (float(f"{t:.3g}"), t))
-    tried = ((theta, table, tol) for theta in bases for table, tol in rope_tables(theta, Dh, len(value)).values())
-    return next(((theta, table) for theta, table, tol in tried if _within(value, table, tol)), None)
+    tried = [(theta, table, tol) for theta in bases for table, tol in rope_tables(theta, Dh, len(value)).values()]
+    for precision in (1e-7, 1.0):  # float64's, float32's
+        found = next(((theta, table) for theta, table, tol in tried if _within(value, table, tol * precision)), None)
+        if found is not None:
+            return found
+    return None
 
 
 def base_of(computed: torch.Tensor, Dh: int) -> tuple[float | None, int] | None:
@@ -294,19 +301,26 @@ def yarn_scale(module, Dh: int, factors: list) -> float | None:
     return scale if abs(common / scale - 1) < 1e-6 else None
 
 
-def stated_scaling(module) -> tuple[float, RopeScaling] | None:
-    """(base, scaling) of the scaled RoPE a transformers module's config states (rope_parameters or rope_scaling of
-    one kind: yarn, llama3, linear, dynamic, longrope), the first found; None where none states one it can read."""
+LENGTHS = ("max_position_embeddings", "original_max_position_embeddings")  # a transformers config's
+
+
+def stated_scaling(module) -> tuple[float, RopeScaling, int | None] | None:
+    """(base, scaling, max_position_embeddings or None) of the scaled RoPE a transformers module's config states
+    (rope_parameters or rope_scaling of one kind: yarn, llama3, linear, dynamic, longrope; Phi-3's top-level
+    original_max_position_embeddings where the scaling lacks one), the first found; None where none states one it
+    can read. The length matters to dynamic NTK and LongRoPE, whose frequencies change past it."""
     for _, mod in module.named_modules():
         config = getattr(mod, "config", None)
         rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
         if isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
             base = rope.get("rope_theta", getattr(config, "rope_theta", None)) or 10000.0
+            lengths = {k: v for k in LENGTHS if type(v := getattr(config, k, None)) is int and v > 0}
+            original = {k: v for k, v in lengths.items() if k == LENGTHS[1]}  # Phi-3's, where the scaling has none
             try:
-                scaling = read_scaling(rope, "rope_parameters", aliases={"su": "longrope"})
+                scaling = read_scaling(original | rope, "rope_parameters", aliases={"su": "longrope"})
             except ValueError:
                 return None
-            return (float(base), scaling) if scaling is not None else None
+            return (float(base), scaling, lengths.get(LENGTHS[0])) if scaling is not None else None
     return None
 
 

@@ -1523,6 +1523,30 @@ def _foreign(rec) -> tuple | None:
     return None
 
 
+def _turned_then_scaled(rec) -> tuple | None:
+    """The queries, once the rotary's cos and sin turn them, multiplied or divided by a table the forward makes from
+    no parameter, input, cos or sin, whose numbers change (xPos's decay zeta_i^(t / s), a pow): said at the
+    attention with the op that makes the table; the reference's RoPE only turns them."""
+    stops = DF.PRODUCTS | DF.SOFTMAX | {DF.SDPA}
+    for a in rec.attentions:
+        onward = DF.walk(a.turned, lambda n: [] if n.op in stops else n.children)
+        for node in (n for n in onward if n.op in DF.MULS | DF.DIVS and len(n.parents) == 2):
+            for table in node.parents:
+                value = rec.values.get(table.index)
+                made = DF.walk([table], lambda n: n.parents)
+                if not isinstance(value, torch.Tensor) or value.is_complex() or value.numel() < 2:
+                    continue  # a number, or a complex rotation (Meta's)
+                if bool((value == value.max()).all()):
+                    continue  # the same everywhere
+                if not any(n.param is not None or n.op in DF.TURNS or n.op == "input" for n in made):
+                    by = f"{'multiplied' if node.op in DF.MULS else 'divided'} by a table {tuple(value.shape)}"
+                    span = f"{float(value.min()):.4g} to {float(value.max()):.4g}"
+                    what = f"the queries, once the rotary's cos and sin turn them, {by} the forward makes with "
+                    what += f"{DF.root(table).op} (numbers from {span} by position and feature), where the reference's "
+                    return a.module, what + "RoPE only turns them", node.index
+    return None
+
+
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
     _joined, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
@@ -1530,5 +1554,5 @@ FINDS = (
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
     _running_sum, _learned_scale, _conditioned, _pooled, _picked, _feature_head, _uncalled, _prepended, _shifted_copies,
-    _recurrence, _learned_queries, _foreign, _mixed,
+    _recurrence, _learned_queries, _foreign, _mixed, _turned_then_scaled,
 )  # fmt: skip

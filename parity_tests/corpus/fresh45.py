@@ -20,9 +20,10 @@ frozen).
 - mistakes, each in the second layer: the values rotated too (rope.applied_to_v); the keys rotated one position
   ahead (rope.position_offset); queries turned in halves and keys in pairs (rope.mixed_pairing); scores over
   d_head (attention.wrong_scale); K/V heads tiled (attention.kv_heads_tiled); YaRN's attention factor left off
-  cos and sin, which scales the scores by 1 / m^2 of the reference's, m = 0.1 ln 4 + 1 (attention.wrong_scale);
-  and two the catalogue has no id for, said as no pair at the attention: the positions multiplied by the linear
-  factor instead of divided, and LongRoPE's short factors kept past the original length.
+  cos and sin, which scales the scores by 1 / m^2 of the reference's, m = 0.1 ln 4 + 1, and LongRoPE's, m =
+  sqrt(1 + ln 4 / ln 8) (rope.attention_factor_missing, since the first fix; first expected as
+  attention.wrong_scale); and two the catalogue has no id for, said as no pair at the attention: the positions
+  multiplied by the linear factor instead of divided, and LongRoPE's short factors kept past the original length.
 
 Expected verdicts decided from the math before the judge ran. Each hand-written frequency function was checked
 against the reference's own (numpy_transformer.attention's SCALED_FREQUENCIES at the same settings): equal to
@@ -30,8 +31,10 @@ against the reference's own (numpy_transformer.attention's SCALED_FREQUENCIES at
 plain RoPE at that base.
 
 YaRN's attention factor left off: the reference's q and k are both times m, its scores m^2 Q K^T / sqrt(d_head);
-the model's Q K^T / sqrt(d_head), a scale of the scores off the reference's by m^2, the catalogue's
-attention.wrong_scale (the nearest id: the divisor is not the one the stated scaling makes).
+the model's Q K^T / sqrt(d_head), a scale of the scores off the reference's by m^2. First expected as the
+catalogue's attention.wrong_scale (the nearest id then); the expectation is now rope.attention_factor_missing, an
+entry the catalogue gained for it: the user wrote no divisor of the scores, they left a factor off cos and sin,
+and the reference runs exactly that (its scaling with attention_factor 1), so the id names what they wrote.
 
 First met: 11 of 18 right. Wrong:
 
@@ -51,6 +54,17 @@ First met: 11 of 18 right. Wrong:
   expected, said with cos / pow).
 - f45_longrope_phi3.short_factors_past_original_second_layer: unexplained at model.layers.0.self_attn, the first
   layer's (correct) LongRoPE already judged under max_len=64 as in f45_longrope_phi3.
+
+Fixed since: a RoPE base is read from a table computed in float64 to float64's precision (tables.rope_table tries
+the base read unrounded and keeps the one that gives the table to float64's precision before one that gives it to
+float32's); the max length (and Phi-3's top-level original length) of the config that states a scaled RoPE is the
+reference's max_len (tables.stated_scaling); a scaled RoPE's attention factor left off cos and sin is the new
+catalogue entry rope.attention_factor_missing; an attention whose recorded cos and sin turn at angles t w_i with
+frequencies none of the reference's under the config is said as no pair at that attention, with both frequency
+lists read as base^(-2i/d) times or divided by what (divergence._other_angles: "times 4" where the reference's
+linear scaling divides by 4; the short factors where it reads the long ones); the turned queries multiplied by a
+table the forward makes (xPos's decay, a pow) is said as no pair naming that op (unsupported._turned_then_scaled).
+The expected words stay "cos" (the op the angles feed) and "pow" (the op that makes xPos's table).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -436,7 +450,14 @@ CASES = [
         lambda: long_llama("yarn", "no_mscale"),
         "transformer_lm",
         {},
-        ("mistake", "attention.wrong_scale", SELF_ATTN),
+        ("mistake", "rope.attention_factor_missing", SELF_ATTN),
+    ),
+    (
+        "f45_longrope_phi3.attention_factor_left_off_second_layer",
+        lambda: long_llama("longrope", "no_mscale"),
+        "transformer_lm",
+        {},
+        ("mistake", "rope.attention_factor_missing", SELF_ATTN),
     ),
     (
         "f45_pi_llama.positions_times_factor_second_layer",
