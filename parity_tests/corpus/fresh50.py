@@ -16,8 +16,7 @@ in this project's own words. The judge meets them here first (measured with the 
   h mod G instead of h // q_per_kv); the rotation put on v too; a hand-written LayerNorm of eps outside the root;
   the Gemma RMSNorm of eps outside the root; SwiGLU's SiLU moved to ``fc_2`` (a relabeled SwiGLU: pass); the
   scores divided by head_size (wrong scale); the causal mask left off; the qkv clipped to [-c, c] (OLMo's
-  ``clip_qkv``, math the
-  reference lacks: no pair at the block's attention naming the clamp).
+  ``clip_qkv``, math the reference lacks: no pair at the block's attention naming the clamp).
 
 Expected verdicts decided from the math before the judge ran. ``layout_error()`` measures that the grouped-layout
 attention equals a plain per-head attention (separate q, k, v of the weights re-laid, each head reading its group's
