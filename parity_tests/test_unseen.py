@@ -67,6 +67,7 @@ from parity_tests.corpus import (
     fresh47,
     fresh48,
     fresh50,
+    fresh51,
     frontier,
     lacking,
     unseen,
@@ -80,7 +81,7 @@ CORPORA += (fresh37, fresh38, fresh39, fresh40)
 CORPORA += (fresh41, fresh42)
 CORPORA += (fresh43, fresh44)
 CORPORA += (fresh45, fresh46, fresh47, fresh48)
-CORPORA += (fresh50,)
+CORPORA += (fresh50, fresh51)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
@@ -337,6 +338,17 @@ SLOW |= {c[0] for c in fresh48.CASES} - {  # fresh48: a case of each class by de
     "f48_olmo2",
     "f48_cohere.wrong_scale_second_layer",
     "f48_granite.residual_multiplier",
+}
+SLOW |= {c[0] for c in fresh51.CASES} - {  # fresh51: a case of each class by default
+    "f51_normformer_sandwich",
+    "f51_small_init_prenorm.wrong_scale_second_block",
+    "f51_deepnorm",
+}
+TODAY |= {  # fresh51
+    "f51_scalenorm": "the learned scalar g named, not the division by the L2 norm",
+    "f51_normformer_ffn_ln": "could not judge: 11 norms found, 9 in the reference; pass mapping=",
+    "f51_sub_ln": "could not judge: 7 norms found, 5 in the reference; pass mapping=",
+    "f51_admin": "could not judge: 7 norms found (the omegas read as norms), 5 in the reference",
 }
 SLOW |= {c[0] for c in fresh45.CASES} - {  # fresh45: a case of each class by default
     "f45_yarn_llama",
