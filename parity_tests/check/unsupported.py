@@ -993,10 +993,12 @@ def _clamped(rec) -> tuple | None:
     way into a routed expert's down projection, where the reference's GPT-OSS experts clamp them too."""
     downs = [n for b in rec.blocks if rec.weighed(b[-1]) for n in rec._products(b[-1])]
     routed = {id(n) for down in downs for n in DF._activations(down)}
+    fed = {w for b in rec.blocks for w in b[:-1]}  # the feed-forward blocks' input projections
     for node in rec.nodes:
         weight = DF.projection(DF.root(node.parents[0])) if node.op in CLAMPS and node.parents else None
         if weight is not None and id(node) not in routed and not _discarded(rec, node):
-            return node.module, f"{node.op} limits the outputs of {weight} to a range (as GPT-OSS's clamped SwiGLU)"
+            like = " (as GPT-OSS's clamped SwiGLU)" if weight in fed else ""
+            return node.module, f"{node.op} limits the outputs of {weight} to a range{like}"
     return None
 
 
