@@ -376,6 +376,8 @@ def _own_eps(check, choice, diverged: Divergence, where: str) -> str | None:
     most common): the diverged norm, or an attention's q/k RMSNorms (no stage of their own: _own_qk_eps), the stage
     recomputed at their own eps and matched: "differs at <the norm>: ... eps ..."; None for any other divergence."""
     stage, cfg, eps = diverged.stage, choice.cfg, check.model.norm_eps
+    if stage is None:
+        return None
     if stage.kind == "attention":
         at, redone = _own_qk_eps(check, choice, stage)
     elif stage.kind == "norm" and _other_eps(eps.get(where), cfg):
