@@ -361,12 +361,6 @@ SLOW |= {c[0] for c in fresh51.CASES} - {  # fresh51: a case of each class by de
     "f51_small_init_prenorm.wrong_scale_second_block",
     "f51_deepnorm",
 }
-TODAY |= {  # fresh51
-    "f51_scalenorm": "the learned scalar g named, not the division by the L2 norm",
-    "f51_normformer_ffn_ln": "could not judge: 11 norms found, 9 in the reference; pass mapping=",
-    "f51_sub_ln": "could not judge: 7 norms found, 5 in the reference; pass mapping=",
-    "f51_admin": "could not judge: 7 norms found (the omegas read as norms), 5 in the reference",
-}
 SLOW |= {c[0] for c in fresh45.CASES} - {  # fresh45: a case of each class by default
     "f45_yarn_llama",
     "f45_yarn_llama.keys_in_pairs_second_layer",

@@ -373,17 +373,43 @@ def _rewired(check, choice, diverged: Divergence, where: str) -> str | None:
 
 def _own_eps(check, choice, diverged: Divergence, where: str) -> str | None:
     """A norm that computes the reference's norm at an eps of its own (the config holds one layer_norm_eps, the
-    most common): "differs at <the norm>: ... eps ..."; None for any other divergence."""
-    stage, cfg, own = diverged.stage, choice.cfg, check.model.norm_eps.get(where)
-    if stage.kind != "norm" or own is None or math.isclose(own, cfg.layer_norm_eps, rel_tol=1e-9):
+    most common): the diverged norm, or an attention's q/k RMSNorms (no stage of their own: _own_qk_eps), the stage
+    recomputed at their own eps and matched: "differs at <the norm>: ... eps ..."; None for any other divergence."""
+    stage, cfg, eps = diverged.stage, choice.cfg, check.model.norm_eps
+    if stage is None:
         return None
-    params, x = M.sub(check.params, stage.unit), stage.inputs[0]
-    weight, bias = params["weight"], params.get("bias", 0.0)
-    norm = VR.rms_norm(x, weight, own) if cfg.norm == "rms" else VR.layer_norm(x, weight, bias, own)
-    if match(diverged.user, norm, stage.valid) > MATCH:
+    if stage.kind == "attention":
+        at, redone = _own_qk_eps(check, choice, stage)
+    elif stage.kind == "norm" and _other_eps(eps.get(where), cfg):
+        params, x, at = M.sub(check.params, stage.unit), stage.inputs[0], where
+        weight, bias, own = params["weight"], params.get("bias", 0.0), eps[where]
+        redone = VR.rms_norm(x, weight, own) if cfg.norm == "rms" else VR.layer_norm(x, weight, bias, own)
+    else:
         return None
-    return differs(where, f"the norm takes eps {own:g} where the model's other norms take {cfg.layer_norm_eps:g} "
+    if redone is None or match(diverged.user, redone, stage.valid) > MATCH:
+        return None
+    return differs(at, f"the norm takes eps {eps[at]:g} where the model's other norms take {cfg.layer_norm_eps:g} "
                    "(the reference has one layer_norm_eps for every norm)")  # fmt: skip
+
+
+def _other_eps(eps: float | None, cfg) -> bool:
+    return eps is not None and not math.isclose(eps, cfg.layer_norm_eps, rel_tol=1e-9)
+
+
+def _own_qk_eps(check, choice, attention: R.Stage) -> tuple:
+    """(the user's first q or k norm of `attention` whose own eps is not the config's, the reference's attention
+    run with each q/k RMSNorm at its module's own eps); ("", None) where none has an eps of its own."""
+    params, targets, eps = R.unit_params(check.params, attention.unit), hook_targets(check, choice.layout.links), {}
+    for role in (r for r in "qk" if f"{r}_norm.weight" in params):
+        at = targets.get(f"{attention.unit}.{role}_norm", "")
+        eps[role] = (at, check.model.norm_eps.get(at) or choice.cfg.layer_norm_eps)
+    odd = [at for at, e in eps.values() if _other_eps(e, choice.cfg)]
+    if not odd:
+        return "", None
+    heads = {k: v for k, v in _attention_knobs(check, choice, attention).items() if k in HEAD_KNOBS}
+    norms = {r: lambda x, r=r: VR.rms_norm(x, params[f"{r}_norm.weight"], eps[r][1]) for r in eps}
+    query, kv, keep = attention.inputs
+    return odd[0], VR.multi_head_attention(params, query, kv, kv, choice.cfg.n_heads, keep, norms=norms, **heads)
 
 
 def _other_angles(check, choice, diverged: Divergence, where: str) -> str | None:
@@ -624,16 +650,23 @@ def _attention_variants(check, choice, attention: R.Stage, user_out, where: str,
     and padding masks, maybe swapped with the cross-attention's), RoPE's knobs where it rotates (and the order the
     map reads q and k rows in, where not the reference's)."""
     query, kv, keep = attention.inputs
-    causal = (attention.masks or {}).get("causal", False)
-    rope = VR.rope_knobs(choice.cfg, attention.unit.endswith("self_attn"), R.layer_of(attention.unit), causal)
-    paired = [pair_order(x.rope_pairs, x.rope_pairs, x.rope_rotary) for x in choice.layout.links if x.rope_pairs]
-    knobs = rope | {"order": paired[0] if paired else None} | (attention.masks or {}) | context
-    cfg, T = choice.cfg, query.shape[1]
-    if not causal and cfg.layer_types and "sliding_attention" in cfg.layer_types and cfg.sliding_window:
-        knobs["band"] = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :]) <= cfg.sliding_window // 2  # probes'
+    knobs = _attention_knobs(check, choice, attention) | context
     params = R.unit_params(check.params, attention.unit)
     found = match_attention(user_out, params, query, kv, choice.cfg.n_heads, keep, where, valid, **knobs)
     return found or _qk_norm_variants(check, choice, attention, user_out, where, valid, knobs)
+
+
+def _attention_knobs(check, choice, attention: R.Stage) -> dict:
+    """The knobs of the reference's attention stage: its masks, RoPE's and the scores' terms under the config, the
+    order the map reads q and k rows in (where not the reference's), an encoder's band of sliding layers."""
+    causal = (attention.masks or {}).get("causal", False)
+    rope = VR.rope_knobs(choice.cfg, attention.unit.endswith("self_attn"), R.layer_of(attention.unit), causal)
+    paired = [pair_order(x.rope_pairs, x.rope_pairs, x.rope_rotary) for x in choice.layout.links if x.rope_pairs]
+    knobs = rope | {"order": paired[0] if paired else None} | (attention.masks or {})
+    cfg, T = choice.cfg, attention.inputs[0].shape[1]
+    if not causal and cfg.layer_types and "sliding_attention" in cfg.layer_types and cfg.sliding_window:
+        knobs["band"] = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :]) <= cfg.sliding_window // 2  # probes'
+    return knobs
 
 
 HEAD_KNOBS = ("n_kv", "theta", "rotary", "scaling", "qk_eps", "softcap", "divisor", "alibi", "relative", "order")

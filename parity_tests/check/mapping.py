@@ -176,12 +176,13 @@ def _scales_normed(node: DF.Node) -> bool:
     a normalised x."""
     factors = DF.MULS | DF.DIVS | DF.VIEWS | {"rms_norm", "layer_norm"}
     through = DF.VIEWS | {"__rtruediv__", "__rdiv__", "reciprocal"}
+    scaled = lambda m: m is not node and m.op in factors - DF.MULS - DF.DIVS - DF.VIEWS and len(m.parents) > 1  # noqa: E731
 
     def normed(n: DF.Node) -> bool:
         seen = DF.walk([n], lambda m: m.parents if m.op in through or m.op in DF.ADDS and m.value is not None else [])
-        return any(m.op in NORMING for m in seen)
+        return any(m.op in NORMING and not scaled(m) for m in seen)
 
-    product = DF.walk([node], lambda m: [c for c in m.children + m.parents if c.op in factors])
+    product = DF.walk([node], lambda m: [c for c in m.children + m.parents if c.op in factors and not scaled(c)])
     return node.op in factors and any(normed(p) for m in product for p in m.parents + [m])
 
 

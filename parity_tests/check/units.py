@@ -168,6 +168,7 @@ def _units(entry, found, units: Units) -> None:
         units.blocks = _mixtures(flow, by, blocks)
         units.parallel = entry.decoder_only and flow.parallel
         _refuse_unpaired(entry, flow, units.parallel)
+        _refuse_inner_norm(entry, flow, units.norms)
         _by_call(flow, units)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
     units.gated = bool(units.blocks) and all(len(b) == 3 for b in experts(units.blocks))
@@ -361,6 +362,23 @@ def _mlm_head(entry, flow, units: Units, by: dict) -> bool:
         return False
     units.mlm, units.norms = (by[first[0]], after[0]), [n for n in units.norms if n is not after[0]]
     return True
+
+
+def _refuse_inner_norm(entry, flow, norms: list) -> None:
+    """NoPair at the submodule that applies a norm whose output reaches an attention's output projection or a
+    feed-forward block's last one (through element-wise ops and views: Sub-LN's norm before out_proj, NormFormer's
+    on the hidden activations): each of the reference's norms feeds a unit's input or the stream."""
+    block = ("the feed-forward block's hidden activations", "its last projection", "them")
+    inner = {"out": ("the attention's output", "its output projection", "it"), "ffn_out": block, "down": block}
+    for norm in norms:
+        fed = [w for u in flow.uses(norm.weight)[:1] for n in DF._forward(u) if (w := DF.projection(n)) in flow.roles]
+        fed = [w for w in fed if flow.roles[w] in inner]
+        if fed:
+            caller = next((c.caller for c in flow.calls if c.path == norm.module), norm.module)
+            kind = {"layer": "a LayerNorm", "rms": "an RMSNorm"}.get(norm.kind, "a norm")
+            what, by, them = inner[flow.roles[fed[0]]]
+            said = f"{norm.module} ({kind}) normalises {what} before {by} ({fed[0]}) reads {them}"
+            raise NoPair(caller or "(the module)", f"{said}, where the reference's norms feed a unit or the stream")
 
 
 def _refuse_missing(entry, flow, units: Units) -> None:

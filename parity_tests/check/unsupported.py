@@ -563,12 +563,17 @@ def _normalised_weight(rec) -> tuple | None:
 
 
 def _unit_length(rec) -> tuple | None:
-    """x / x.norm() by hand (no eps: nGPT's q and k, each head's, after RoPE; its hidden states): the first,
-    with the learned scale its quotient is multiplied by, and RoPE where cos / sin turned x before (not the
+    """x / x.norm() by hand (nGPT's q and k, each head's, after RoPE; its hidden states; ScaleNorm's g * x /
+    max(x.norm(), eps)): the first, its divisor as written (floored by a clamp or an eps added, or not), with the
+    learned scale the quotient or its dividend is multiplied by, and RoPE where cos / sin turned x before (not the
     reference's q/k norm, x * rsqrt(mean(x^2) + eps) * w before RoPE)."""
+    floors = DF.VIEWS | {"clamp", "clamp_min", "maximum"}
+    floored = lambda n: [c for c in n.children if c.op in floors or c.op in DF.ADDS and c.value]  # noqa: E731
     for node in (n for n in rec.nodes if n.op in ("norm", "linalg_vector_norm") and n.parents):
         x = node.parents[0]
-        unit = next((c for c in node.children if c.op in DF.DIVS and c.parents[0] is x), None)
+        below = list(DF.walk([node], floored))
+        over = {id(n): n for n in DF.walk([x], lambda n: [c for c in n.children if c.op in DF.MULS | DF.VIEWS])}
+        unit = next((c for d in below for c in d.children if c.op in DF.DIVS and id(c.parents[0]) in over), None)
         if unit is None:
             continue
         up = DF.walk([x], lambda n: n.parents if n.op not in DF.PRODUCTS else [])
@@ -578,9 +583,16 @@ def _unit_length(rec) -> tuple | None:
         back = DF.walk(scores.parents if scores else [], lambda n: n.parents if n.op in DF.MULS | DF.VIEWS else [])
         qk = sum(n.op in DF.DIVS and n.parents[1].op == node.op for n in back) == 2  # q·k of two unit lengths
         heads = "q and k each, per head," if qk else "each head's vectors" if len(x.shape) == 4 else "x"
+        before = [p for n in over.values() if n.op in DF.MULS for p in n.parents]
         scales = [p for c in unit.children if c.op in DF.MULS for p in c.parents if p is not unit]
-        times = "".join(f", times {DF.root(s).param} (learned, {tuple(s.shape)})" for s in scales[:1])
-        return node.module, f"x / x.norm() scales {heads} to unit length{turned} (no eps){times}"
+        scales = [s for s in before + scales if DF.root(s).param and s is not x and id(s) not in over][:1]
+        floor = next((n.op for n in below if n is not node and n.op not in DF.VIEWS), "")
+        divisor = "max(x.norm(), eps)" if floor.startswith(("clamp", "max")) else "(x.norm() + eps)" if floor else ""
+        times = "".join(f", times {DF.root(s).param} (learned, {tuple(s.shape)})" for s in scales)
+        if scales and math.prod(scales[0].shape) == 1:  # one number: ScaleNorm's g
+            times = f", times one learned number {DF.root(scales[0]).param} (ScaleNorm)"
+        what = f"x / {divisor or 'x.norm()'} divides {heads} by its L2 norm over the features{turned}"
+        return node.module, f"{what} (to unit length{', no eps' * (not floor)}){times}"
     return None
 
 

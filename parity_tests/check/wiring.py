@@ -51,17 +51,20 @@ def rewired(flow, block: str, unit: str, links, norm_first: bool) -> str | None:
 
 
 def _own(node, block: str, name: str, made: dict, x) -> str:
-    """An op of the block's own forward met on the way to `name`'s input: a part's output times a number before it
-    joins the residual (Granite's residual_multiplier), or the block's input x (the stream) times one, said with its
-    number; else the op (with its number where it has one)."""
+    """An op of the block's own forward met on the way to `name`'s input: a part's output times a number or a learned
+    tensor before it joins the residual (Granite's residual_multiplier), or the block's input x (the stream) times one
+    (DeepNorm's alpha, Admin's omega per feature), said with its number or parameter; else the op (with its number
+    where it has one)."""
     c, part = DF._factor(node), next((made[p.index] for p in node.parents if p.index in made), None)
-    if c is not None and part is not None:
+    learned = [r for p in node.parents if (r := DF.root(p)).param] if node.op in DF.MULS else []
+    by = f"{c:.4g}" if c is not None else f"the learned {learned[0].param} {learned[0].shape}" if learned else None
+    if by is not None and part is not None:
         how = f"{node.op} in {block}'s own forward, before it joins the residual"
-        return f"{part}'s output is multiplied by {c:.4g} ({how}), where the reference's layer adds it as it is"
-    if c is not None and x in node.parents:
+        return f"{part}'s output is multiplied by {by} ({how}), where the reference's layer adds it as it is"
+    if by is not None and x in node.parents:
         how = f"{node.op} in {block}'s own forward, on its way to {name}"
         return (
-            f"the residual stream (the block's input) is multiplied by {c:.4g} ({how}), where the reference's "
+            f"the residual stream (the block's input) is multiplied by {by} ({how}), where the reference's "
             "layer carries it as it is"
         )
     op = node.op if c is None else f"{node.op} by {c:.4g}"
