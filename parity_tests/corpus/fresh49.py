@@ -174,7 +174,11 @@ class Attention(nn.Module):
             t = torch.tensor(10.0)
             self.temperature = nn.Parameter(t.log()) if flags.get("attn_qk_norm_learned") else None
         self.to_q = nn.Linear(dim, inner, bias=False)
-        self.to_kv = nn.Linear(dim, inner * 2, bias=False)
+        self.kv_cat = flags.get("kv_cat", False)  # to_k and to_v apart, their outputs joined then chunked
+        if self.kv_cat:
+            self.to_k, self.to_v = nn.Linear(dim, inner, bias=False), nn.Linear(dim, inner, bias=False)
+        else:
+            self.to_kv = nn.Linear(dim, inner * 2, bias=False)
         self.talking_heads = flags.get("attn_talking_heads", False)
         if self.talking_heads:
             self.pre_softmax_talking_heads = nn.Conv2d(HEADS, HEADS, 1, bias=False)
@@ -185,7 +189,8 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q = self.to_q(x)
-        k, v = self.to_kv(x).chunk(2, dim=-1)
+        kv = torch.cat((self.to_k(x), self.to_v(x)), dim=-1) if self.kv_cat else self.to_kv(x)
+        k, v = kv.chunk(2, dim=-1)
         q, k, v = (rearrange(t, "b n (h d) -> b h n d", h=self.heads) for t in (q, k, v))
         if self.qk_norm:
             q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
@@ -260,13 +265,19 @@ FF1 = "attn_layers.layers.1.1.fn.fn"
 ATTN0 = "attn_layers.layers.0.0.fn.fn"
 
 CASES = [
-    ("f49_decoder_scaled_positions", lambda: lm(scaled=True), LM, {}, "pass"),
+    ("f49_decoder_scaled_positions", lambda: lm(scaled=True), LM, {}, ("no pair", "pos_emb", "multiplied by 0.1768")),
     ("f49_decoder_l2_norms", lambda: lm(l2=True), LM, {}, "pass"),
     ("f49_decoder", lm, LM, {}, "pass"),
     ("f49_decoder_glu", lambda: lm(ff_glu=True), LM, {}, "pass"),
-    ("f49_decoder_cosine_sim", lambda: lm(attn_qk_norm=True), LM, {}, "pass"),
-    ("f49_decoder_cosine_sim_learned", lambda: lm(attn_qk_norm=True, attn_qk_norm_learned=True), LM, {}, "pass"),
-    ("f49_decoder_glu_cosine_sim", lambda: lm(ff_glu=True, attn_qk_norm=True), LM, {}, "pass"),
+    ("f49_decoder_cosine_sim", lambda: lm(attn_qk_norm=True), LM, {}, ("no pair", ATTN0, "normalize")),
+    (
+        "f49_decoder_cosine_sim_learned",
+        lambda: lm(attn_qk_norm=True, attn_qk_norm_learned=True),
+        LM,
+        {},
+        ("no pair", ATTN0, "normalize"),
+    ),
+    ("f49_decoder_glu_cosine_sim", lambda: lm(ff_glu=True, attn_qk_norm=True), LM, {}, ("no pair", ATTN0, "normalize")),
     (
         "f49_decoder.scale_by_inner_dim_second_layer",
         lambda: lm("inner_scale"),
@@ -300,10 +311,11 @@ CASES = [
         lambda: lm("gelu_on_value", ff_glu=True),
         LM,
         {},
-        ("mistake", "gated_feed_forward.activation_on_up", FF1),
+        ("mistake", "gated_feed_forward.activation_on_up", FF1 + ".net"),
     ),
     ("f49_talking_heads", lambda: lm(attn_talking_heads=True), LM, {}, ("no pair", ATTN0, "conv")),
     ("f49_gate_values", lambda: lm(attn_gate_values=True), LM, {}, ("no pair", ATTN0, "sigmoid")),
     ("f49_shift_tokens", lambda: lm(shift_tokens=True), LM, {}, ("no pair", "attn_layers.layers.0.0.fn.fn", "pad")),
-    ("f49_gru_residual", lambda: lm(gate_residual=True), LM, {}, ("no pair", "attn_layers.layers.0.0", "gru")),
+    ("f49_decoder_kv_cat", lambda: lm(kv_cat=True), LM, {}, "pass"),
+    ("f49_gru_residual", lambda: lm(gate_residual=True), LM, {}, ("no pair", "attn_layers.layers.0.0.gru", "gru_cell")),
 ]
