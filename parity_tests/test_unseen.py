@@ -86,22 +86,6 @@ CORPORA += (fresh49, fresh50, fresh51)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
-TODAY |= {  # fresh49
-    "f49_decoder_scaled_positions": "q_k_swapped at layers.0 (to_kv wider than to_q)",
-    "f49_decoder_l2_norms": "no pair: the layer has no norm with a learned scale (x / norm(x) * sqrt(d) * g unread)",
-    "f49_decoder": "q_k_swapped at layers.0 (to_kv wider than to_q)",
-    "f49_decoder_glu": "q_k_swapped at layers.0 (to_kv wider than to_q)",
-    "f49_decoder_cosine_sim": "no pair: F.normalize(x) without a weight (QK-norm with gains not tried)",
-    "f49_decoder_cosine_sim_learned": "no pair: F.normalize(x) without a weight (QK-norm with gains not tried)",
-    "f49_decoder_glu_cosine_sim": "no pair: F.normalize(x) without a weight (QK-norm with gains not tried)",
-    "f49_decoder.scale_by_inner_dim_second_layer": "q_k_swapped at layers.0 (to_kv wider than to_q)",
-    "f49_decoder.mask_left_off_second_layer": "q_k_swapped at layers.0 (to_kv wider than to_q)",
-    "f49_decoder.triu_0_second_layer": "q_k_swapped at layers.0 (to_kv wider than to_q)",
-    "f49_decoder.softmax_over_queries_second_layer": "q_k_swapped at layers.0 (to_kv wider than to_q)",
-    "f49_decoder_glu.gelu_on_value_second_layer": "q_k_swapped at layers.0 (to_kv wider than to_q)",
-    "f49_shift_tokens": "q_k_swapped at layers.0 (to_kv wider than to_q)",
-    "f49_gru_residual": "could not judge: found 5 norms, the reference 9; pass mapping=",
-}
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
 SLOW = {
     "inference_llama", "table_lm.softmax_wrong_axis", "table_lm.dropout_active_in_eval", "gemma_lm.activation_on_up",

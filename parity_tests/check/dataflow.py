@@ -135,7 +135,8 @@ class _Recorder(TorchFunctionMode):
         node.extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
         max_norm = kwargs.get("max_norm", args[3] if len(args) > 3 else None) if name == "embedding" else None
         node.extra = f"max_norm={max_norm:g}" if max_norm is not None else node.extra  # its rows renormalised
-        node.call = (func, args, kwargs) if name in VIEWS or name.startswith(("clamp", "clip", "hardtanh")) else None
+        kept = name in VIEWS or name == "pad" or name.startswith(("clamp", "clip", "hardtanh"))  # a pad's: its widths
+        node.call = (func, args, kwargs) if kept else None
         self.keep.append(out)  # and the tensors it holds
         node.value = self._value(name, args, kwargs, len(parents))
         node.named = self._named(func, args, kwargs) if name in MHA else {}  # its weights and biases, by argument
@@ -398,7 +399,22 @@ def _behind(node: Node, choices: bool = False) -> list:
     into a top-k unless `choices` (a router's choice: what it picked, not values that flow)."""
     if node.op in PRODUCTS or node.param is not None:
         return [across(node)] if across(node) is not None else []
+    joined = _cat_input(node)
+    if joined is not None:
+        return [joined]
     return [p for p in node.parents[: 1 if picked(node) else None] if choices or p.op != "topk"]
+
+
+def _cat_input(node: Node) -> Node | None:
+    """The input of a cat that the split part `node` gives back whole (k, v = cat((to_k(x), to_v(x))).chunk(2):
+    k is to_k(x)), its parts as many as the cat's inputs and of their shapes; else None."""
+    i, split = node.value, node.parents[0] if node.op in SPLITS and node.parents else None
+    if not isinstance(i, int) or split is None or split.op not in SPLITS or not split.parents:
+        return None
+    joined, parts = split.parents[0], [c for c in split.children if c.op in SPLITS]
+    if joined.op != "cat" or len(parts) != len(joined.parents) or i >= len(parts):
+        return None
+    return joined.parents[i] if all(a.shape == b.shape for a, b in zip(parts, joined.parents, strict=True)) else None
 
 
 def back(start: Node, residual: bool = True) -> tuple[list, list, list]:

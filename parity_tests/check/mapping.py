@@ -143,7 +143,8 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     found.tables.sort(key=lambda t: flow.order.get(t.name, last))
     for norm in found.norms:
         norm.plus_one = norm.weight in flow.plus_one
-        norm.eps = _eps_added(flow, norm.weight) if norm.eps is None else norm.eps  # no module says it
+        floor = _floor(flow, norm.weight)  # x / max(|x|, eps): no eps under the root, whatever the module holds
+        norm.eps = floor or (_eps_added(flow, norm.weight) if norm.eps is None else norm.eps)  # no module says it
         own = [n for n, _ in module.get_submodule(norm.module).named_parameters()]
         alone = own == [norm.weight.removeprefix(f"{norm.module}.")]  # its path "" at the root
         if norm.kind == "rms" and alone and any(n.op in DF.CENTRING for n in flow.nodes if n.module == norm.module):
@@ -172,10 +173,10 @@ def _scales_read(found: Structure, module: nn.Module, flow) -> None:
 
 def _scales_normed(node: DF.Node) -> bool:
     """Whether `node` is a factor of a product (or F.rms_norm, F.layer_norm) among whose factors is a root, a
-    variance or a norm, seen through views, a number added (+ eps) and a reciprocal (1 / (sqrt(m) + eps)): it scales
-    a normalised x."""
+    variance or a norm, seen through views, a number added (+ eps), a floor (norm(x).clamp(min=eps)) and a
+    reciprocal (1 / (sqrt(m) + eps)): it scales a normalised x."""
     factors = DF.MULS | DF.DIVS | DF.VIEWS | {"rms_norm", "layer_norm"}
-    through = DF.VIEWS | {"__rtruediv__", "__rdiv__", "reciprocal"}
+    through = DF.VIEWS | {"__rtruediv__", "__rdiv__", "reciprocal", "clamp", "clamp_min"}  # a floor: max(|x|, eps)
     scaled = lambda m: m is not node and m.op in factors - DF.MULS - DF.DIVS - DF.VIEWS and len(m.parents) > 1  # noqa: E731
 
     def normed(n: DF.Node) -> bool:
@@ -211,6 +212,18 @@ def _eps_added(flow, weight: str) -> float | None:
     roots = [n for n in near if n.op in ("rsqrt", "sqrt")]
     added = [p.value for n in roots for p in n.parents if p.op in DF.ADDS and isinstance(p.value, float)]
     return added[0] if added else None
+
+
+def _floor(flow, weight: str) -> float | None:
+    """The square of the floor of the L2 norm a norm scaled by `weight` divides x by (x / norm(x).clamp(min=e),
+    F.normalize's e = 1e-12): x / max(|x|, e) * sqrt(D) is an RMSNorm of an eps under e^2 / D, read as e^2 (its root
+    adds none); None where x is not divided by a floored norm."""
+    scaled = next((n for n in flow.nodes if n.op in DF.MULS and weight in {DF.root(p).param for p in n.parents}), None)
+    near = DF.walk([scaled] if scaled else [], lambda n: [p for p in n.parents if p.op in DF.MULS | DF.DIVS | DF.VIEWS])
+    met = [p for n in near for p in n.parents]
+    floors = [DF.bounds(p)[0] for p in met if p.op.startswith("clamp") and p.parents[0].op == "norm"]
+    floors += [1e-12 for p in met if p.op == "normalize"]
+    return floors[0] ** 2 if floors and floors[0] > 0 else None
 
 
 def _as_read(found: Structure, module: nn.Module, flow) -> None:

@@ -118,6 +118,8 @@ def _divisors(site: Site) -> list:
     if site.H and not math.isclose(D / site.H, Dh):  # the root of D / H where the head's width is set apart
         other = math.sqrt(D / site.H)
         candidates.append((other, f"sqrt(d_model / n_heads) = {other:.3g}: not this model's head width"))
+        inner = math.sqrt(site.H * Dh)  # the heads' joint width where it is not d_model's (x-transformers' inner_dim)
+        candidates.append((inner, f"sqrt(n_heads * d_head) = {inner:.3g}: the heads' joint width, not one head's"))
     found: dict = {}
     divisor = root if site.divisor is None else site.divisor
     for value, origin in candidates:

@@ -340,14 +340,13 @@ def _sliced(attentions: list, attention) -> set:
 
 def _queries_first(attentions: list) -> None:
     """Queries narrower than the keys they score are K Q^T of grouped keys: q and k exchanged, as the reference's
-    (not latent attention's, whose keys are its up projection's; a sliced projection's keys: the rows they read)."""
+    (not latent attention's, whose keys are its up projection's). A fused or sliced projection's width for a role:
+    the rows that role reads of it (columns_held; to_kv's keys are half its rows)."""
+    width = lambda a, p, role: len(a["columns"].get(p.weight, {}).get(role, ())) or p.out_features  # noqa: E731
     for a in attentions:
-        k = a["k"][0] if len(a["k"]) == 1 else None
-        wide = 0 if k is None else k.out_features
-        if k is not None and k.weight in a["sliced"]:
-            wide = len(a["columns"][k.weight].get("k", ()))
-        if len(a["q"]) == 1 and a["q"][0].out_features < wide and not a["latent"]:
-            a["q"], a["k"] = a["k"], a["q"]
+        if len(a["q"]) == len(a["k"]) == 1 and not a["latent"]:
+            if width(a, a["q"][0], "q") < width(a, a["k"][0], "k"):
+                a["q"], a["k"] = a["k"], a["q"]
 
 
 def _mlm_head(entry, flow, units: Units, by: dict) -> bool:

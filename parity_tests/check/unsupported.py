@@ -936,6 +936,21 @@ def _shifted_copies(rec) -> tuple | None:
     return None
 
 
+def _token_shift(rec) -> tuple | None:
+    """F.pad(x, widths) adding k zeros before one axis and cutting k after it (or the reverse), x's shape kept
+    (x-transformers' shift_tokens, RWKV's time shift: F.pad(x, (0, 0, 1, -1))): each row along that axis reads the
+    k-th before it; said where it is padded."""
+    for pad in (n for n in rec.nodes if n.op == "pad" and n.call is not None):
+        _, args, kwargs = pad.call
+        widths = list(args[1] if len(args) > 1 else kwargs.get("pad", ()))
+        pairs = [(a, b) for a, b in zip(widths[::2], widths[1::2], strict=False) if (a, b) != (0, 0)]
+        if len(pairs) == 1 and pairs[0][0] == -pairs[0][1] and kwargs.get("mode", "constant") == "constant":
+            k, axis = pairs[0][0], -1 - widths[::2].index(pairs[0][0])
+            what = f"the one {abs(k)} {'before' if k > 0 else 'after'} it (zeros at the {'first' if k > 0 else 'last'})"
+            return pad.module, f"F.pad{tuple(widths)} shifts x along axis {axis}: each row reads {what}", pad.index
+    return None
+
+
 def _recurrence(rec) -> tuple | None:
     """States joined over the positions (stack or cat of 3 or more) where the third is computed from the second, by
     ops of its own that read no weight (a loop over the positions: Griffin's RG-LRU, a selective scan, a delta rule
@@ -1537,6 +1552,16 @@ def _foreign(rec) -> tuple | None:
     return None
 
 
+RNN_OPS = ("gru_cell", "lstm_cell", "rnn_tanh_cell", "rnn_relu_cell", "gru", "lstm", "rnn_tanh", "rnn_relu")
+
+
+def _rnn(rec) -> tuple | None:
+    """A torch recurrent op (nn.GRUCell's, nn.LSTM's, ...: learned gates updating a state from an input;
+    x-transformers' GRU-gated residual in place of the addition): said at the first's submodule, as torch names it."""
+    node = next((n for n in rec.nodes if n.op in RNN_OPS), None)
+    return None if node is None else (node.module, f"torch's {node.op}: an RNN's state updated by learned gates")
+
+
 def _turned_then_scaled(rec) -> tuple | None:
     """The queries, once the rotary's cos and sin turn them, multiplied or divided by a table the forward makes from
     no parameter, input, cos or sin, whose numbers change (xPos's decay zeta_i^(t / s), a pow): said at the
@@ -1568,5 +1593,5 @@ FINDS = (
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
     _running_sum, _learned_scale, _conditioned, _pooled, _picked, _feature_head, _uncalled, _prepended, _shifted_copies,
-    _recurrence, _learned_queries, _foreign, _mixed, _turned_then_scaled,
+    _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed, _turned_then_scaled,
 )  # fmt: skip
