@@ -772,3 +772,22 @@ def test_a_variant_names_its_mistake_only_where_it_reproduces_the_output_far_bet
     # it, but no closer than the reference itself
     rounded = VR.rms_norm(x, params["weight"], 1e-9) * (1.0 + 1e-9 * rng.standard_normal(x.shape))
     assert named(rounded, 1e-9) == []
+
+
+def test_a_number_the_embeddings_are_divided_by_is_said_as_a_division():
+    """A factor the reference lacks is said in the user's words: embeddings divided by 8 as "divided by 8", not as a
+    product by its reciprocal."""
+    from parity_tests.corpus import fresh48
+
+    class Divided(fresh48.MiniCPMLM):
+        def forward(self, input_ids):
+            x = self.embed_tokens(input_ids) / 8.0
+            for layer in self.layers:
+                x = layer(x)
+            return self.lm_head(self.norm(x) / (fresh48.D / self.dim_model_base))
+
+    torch.manual_seed(0)
+    result = check.module(Divided(), "transformer_lm", positional="rope", output_scale=0.25)
+    assert not result.passed and "embeddings (embed_tokens.weight) are divided by 8," in (result.unsupported or ""), (
+        str(result)
+    )

@@ -455,6 +455,14 @@ def _factor(node: Node) -> float | None:
     return node.value if node.op in MULS else 1 / node.value
 
 
+def scaled_by(node: Node) -> str | None:
+    """How `node` scales by a number, in the user's words: "multiplied by c", or "divided by c" for a division by
+    one; else None."""
+    if _factor(node) is None:
+        return None
+    return f"divided by {node.value:.4g}" if node.op in DIVS else f"multiplied by {node.value:.4g}"
+
+
 def _forward(start: Node) -> list:
     """From `start` forward through element-wise ops and views to the nearest products (Nodes)."""
     stops = PRODUCTS | {SDPA}

@@ -354,9 +354,9 @@ def _after_parts(check, choice) -> tuple[str, str] | None:
     made = {c.output.index: c.path for c in flow.calls if c.output}
     said = []
     for n in ops:
-        at, c = f"{n.op} in {n.module or '(the module)'}", DF._factor(n)
+        at, by = f"{n.op} in {n.module or '(the module)'}", DF.scaled_by(n)
         of = next((f"{made[p.index]}'s output" for p in n.parents if p.index in made), "a tensor")
-        said.append(at if c is None else f"{of} is multiplied by {c:.4g} ({at})")
+        said.append(at if by is None else f"{of} is {by} ({at})")
     if not said:
         return None
     return ops[0].module, f"every part agrees in situ, the output departs after the last: {', '.join(said)}"

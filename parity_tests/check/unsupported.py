@@ -1345,9 +1345,10 @@ def _embedding_scale(rec) -> tuple | None:
         ahead = DF.walk(lookup.children, lambda n: n.children if n.op in DF.VIEWS | {"dropout", "masked_fill"} else [])
         node, D = next((n for n in ahead if DF._factor(n) is not None), None), lookup.shape[-1]
         c = DF._factor(node) if node is not None else None
-        if c is not None and not any(math.isclose(c, s, rel_tol=1e-3) for s in (1.0, math.sqrt(D), D)):
+        usual = c is None or any(math.isclose(c, s, rel_tol=1e-3) for s in (1.0, math.sqrt(D), D))
+        if node is not None and not usual:
             table = DF.root(lookup.parents[-1]).param or "the token table"
-            what = f"the embeddings ({table}) are multiplied by {c:.4g}, where the reference scales them by sqrt(D)"
+            what = f"the embeddings ({table}) are {DF.scaled_by(node)}, where the reference scales them by sqrt(D)"
             return node.module, f"{what} = {math.sqrt(D):.4g} or not at all"
     return None
 

@@ -57,15 +57,14 @@ def _own(node, block: str, name: str, made: dict, x) -> str:
     where it has one)."""
     c, part = DF._factor(node), next((made[p.index] for p in node.parents if p.index in made), None)
     learned = [r for p in node.parents if (r := DF.root(p)).param] if node.op in DF.MULS else []
-    by = f"{c:.4g}" if c is not None else f"the learned {learned[0].param} {learned[0].shape}" if learned else None
+    by = DF.scaled_by(node) or (f"multiplied by the learned {learned[0].param} {learned[0].shape}" if learned else None)
     if by is not None and part is not None:
         how = f"{node.op} in {block}'s own forward, before it joins the residual"
-        return f"{part}'s output is multiplied by {by} ({how}), where the reference's layer adds it as it is"
+        return f"{part}'s output is {by} ({how}), where the reference's layer adds it as it is"
     if by is not None and x in node.parents:
         how = f"{node.op} in {block}'s own forward, on its way to {name}"
         return (
-            f"the residual stream (the block's input) is multiplied by {by} ({how}), where the reference's "
-            "layer carries it as it is"
+            f"the residual stream (the block's input) is {by} ({how}), where the reference's layer carries it as it is"
         )
     op = node.op if c is None else f"{node.op} by {c:.4g}"
     return f"{op} in {block}'s own forward computes what the reference's layer does not ({name} reads it)"
