@@ -31,10 +31,14 @@ judge ran).
 
 - the BERT's second layer's extended mask written `mask * finfo.min` (the real tokens hidden, the padding kept),
   attention.mask_inverted at `layers.1.attn`; its second layer's activation GELU's tanh form while the first keeps
-  erf: the reference holds one activation per model, so no pair, said at `layers.1.act` in words naming tanh;
+  erf: the reference holds one activation per model, so no pair, said at `layers.1.act` in words naming tanh; its
+  second layer's last norm written by hand with its mean and variance over the positions (dim 1):
+  layer_norm.wrong_axis at `layers.1.ln_ffn`;
 - the T5's second decoder block's self-attention not causal (the decoder's `causal` flag dropped there),
-  attention.not_causal at `decoder.block.1.self_attn`; the second encoder block's softmax over the queries
-  (`softmax(dim=-2)`): attention.softmax_wrong_axis at `encoder.block.1.self_attn`;
+  attention.not_causal at `decoder.block.1.self_attn`; the second decoder block's cross-attention norm dividing by
+  root(mean(x^2)) + eps (eps 1e-6 outside the root): rms_norm.eps_outside_sqrt at `decoder.block.1.norm_cross`;
+  the second encoder block's softmax over the queries (`softmax(dim=-2)`): attention.softmax_wrong_axis at
+  `encoder.block.1.self_attn`;
 - the BART's second decoder layer's cross-attention given no source padding mask: attention.mask_ignored at
   `decoder.layers.1.encoder_attn`; its second encoder layer's scores divided by head_dim, not its root,
   attention.wrong_scale at `encoder.layers.1.self_attn`;
@@ -55,7 +59,7 @@ hidden by -inf) to 1e-16 in float64, the SDPA with the boolean keep buffer equal
 5, 6, 6, 6, 6, 7 forward; causal: 0, 1, 2, 3, 4, 4, 5, 5, 6, 6, 6). The OpenAI-layout Whisper is the position-table
 Whisper with its rows held by a Parameter, and the latter passes.
 
-First met: 14 of 18 right. Wrong:
+First met: 16 of 20 right. Wrong:
 
 - f52_t5_style.not_causal_second_decoder_block: no pair, "differs at decoder.block.1.self_attn: the scores get T5's
   relative position bias ... read at causal buckets in an attention that reads keys after the query", not
@@ -128,15 +132,23 @@ class BertAttention(nn.Module):
         return self.proj(context.flatten(2))
 
 
+class TimeAxisLayerNorm(nn.LayerNorm):
+    """A LayerNorm written by hand whose mean and variance are taken over the positions (dim 1), not the features."""
+
+    def forward(self, x):  # type: ignore[override]
+        centred = x - x.mean(1, keepdim=True)
+        return self.weight * centred / torch.sqrt(centred.square().mean(1, keepdim=True) + self.eps) + self.bias
+
+
 class BertLayer(nn.Module):
-    def __init__(self, inverted: bool = False, approximate: str = "none"):
+    def __init__(self, inverted: bool = False, approximate: str = "none", time_axis: bool = False):
         super().__init__()
         self.attn = BertAttention(inverted)
         self.ln_attn = nn.LayerNorm(D, eps=1e-12)
         self.fc_in = nn.Linear(D, 4 * D)
         self.act = nn.GELU(approximate=approximate)
         self.fc_out = nn.Linear(4 * D, D)
-        self.ln_ffn = nn.LayerNorm(D, eps=1e-12)
+        self.ln_ffn = (TimeAxisLayerNorm if time_axis else nn.LayerNorm)(D, eps=1e-12)
 
     def forward(self, x, attention_mask):
         x = self.ln_attn(x + self.attn(x, attention_mask))
@@ -144,13 +156,13 @@ class BertLayer(nn.Module):
 
 
 class PostNormBert(nn.Module):
-    def __init__(self, inverted_second: bool = False, approximate_second: str = "none"):
+    def __init__(self, inverted_second: bool = False, approximate_second: str = "none", time_axis_second=False):
         super().__init__()
         self.word_embeddings = nn.Embedding(V, D, padding_idx=PAD)
         self.position_embeddings = nn.Embedding(T_MAX, D)
         self.token_type_embeddings = nn.Embedding(TYPES, D)
         self.embeddings_norm = nn.LayerNorm(D, eps=1e-12)
-        self.layers = nn.ModuleList([BertLayer(), BertLayer(inverted_second, approximate_second)])
+        self.layers = nn.ModuleList([BertLayer(), BertLayer(inverted_second, approximate_second, time_axis_second)])
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
         if attention_mask is None:
@@ -192,13 +204,16 @@ def relative_buckets(query_len: int, key_len: int, bidirectional: bool) -> torch
 
 
 class RMSNormNoBias(nn.Module):
-    def __init__(self, eps: float = 1e-6):
+    def __init__(self, eps: float = 1e-6, eps_outside: bool = False):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(D))
-        self.eps = eps
+        self.eps, self.eps_outside = eps, eps_outside
 
     def forward(self, x):
-        return self.weight * (x * torch.rsqrt(x.square().mean(-1, keepdim=True) + self.eps))
+        mean_square = x.square().mean(-1, keepdim=True)
+        if self.eps_outside:
+            return self.weight * x / (mean_square.sqrt() + self.eps)
+        return self.weight * (x * torch.rsqrt(mean_square + self.eps))
 
 
 class T5Attention(nn.Module):
@@ -221,13 +236,13 @@ class T5Attention(nn.Module):
 
 
 class T5Block(nn.Module):
-    def __init__(self, first: bool, decoder: bool, causal: bool = True, softmax_dim: int = -1):
+    def __init__(self, first: bool, decoder: bool, causal: bool = True, softmax_dim: int = -1, eps_outside=False):
         super().__init__()
         self.relative_bias = nn.Embedding(BUCKETS, H) if first else None
         self.norm_self = RMSNormNoBias()
         self.self_attn = T5Attention(causal=decoder and causal, softmax_dim=softmax_dim)
         if decoder:
-            self.norm_cross = RMSNormNoBias()
+            self.norm_cross = RMSNormNoBias(eps_outside=eps_outside)
             self.cross_attn = T5Attention()
         self.norm_ff = RMSNormNoBias()
         self.wi = nn.Linear(D, 2 * D, bias=False)
@@ -613,6 +628,13 @@ CASES = [
         {},
         ("no pair", "layers.1.act", "tanh"),
     ),
+    (
+        "f52_post_norm_bert.norm_over_positions_second_layer",
+        lambda: post_norm_bert(time_axis_second=True),
+        "encoder_model",
+        {},
+        ("mistake", "layer_norm.wrong_axis", "layers.1.ln_ffn"),
+    ),
     ("f52_t5_style", t5_style, "transformer", {}, "pass"),
     (
         "f52_t5_style.not_causal_second_decoder_block",
@@ -620,6 +642,13 @@ CASES = [
         "transformer",
         {},
         ("mistake", "attention.not_causal", "decoder.block.1.self_attn"),
+    ),
+    (
+        "f52_t5_style.cross_norm_eps_outside_root_second_decoder_block",
+        lambda: t5_style(decoder_second={"eps_outside": True}),
+        "transformer",
+        {},
+        ("mistake", "rms_norm.eps_outside_sqrt", "decoder.block.1.norm_cross"),
     ),
     (
         "f52_t5_style.softmax_over_queries_second_encoder_block",
