@@ -70,6 +70,7 @@ from parity_tests.corpus import (
     fresh50,
     fresh51,
     fresh52,
+    fresh53,
     frontier,
     lacking,
     unseen,
@@ -84,7 +85,7 @@ CORPORA += (fresh41, fresh42)
 CORPORA += (fresh43, fresh44)
 CORPORA += (fresh45, fresh46, fresh47, fresh48)
 CORPORA += (fresh49, fresh50, fresh51)
-CORPORA += (fresh52,)
+CORPORA += (fresh52, fresh53)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
@@ -381,6 +382,17 @@ SLOW |= {c[0] for c in fresh52.CASES} - {  # fresh52: a case of each class by de
     "f52_vit",
     "f52_vit.scale_by_head_dim_second_block",
     "f52_post_norm_bert.gelu_tanh_second_layer",
+}
+SLOW |= {c[0] for c in fresh53.CASES} - {  # fresh53: a case of each class by default
+    "f53_titan_llama3",
+    "f53_meta_llama.kv_heads_tiled_second_layer",
+    "f53_meta_llama.start_pos_not_given",
+}
+TODAY |= {  # fresh53, as first met
+    "f53_meta_llama31": "unexplained at layers.0.attention, read at base 10000: Llama 3.1's scaled table unread",
+    "f53_meta_llama31.attention_norm_eps_outside_root_second_layer": "unexplained at layers.0.attention (its table)",
+    "f53_tune_llama3.qk_norm_after_rotation": "unexplained at layers.0.attn: the q/k norms after the rotation",
+    "f53_fast_llama31": "unexplained at layers.0.attention, read at base 10000: Llama 3.1's scaled table unread",
 }
 
 
