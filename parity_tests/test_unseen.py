@@ -73,6 +73,7 @@ from parity_tests.corpus import (
     fresh53,
     fresh54,
     fresh55,
+    fresh56,
     frontier,
     lacking,
     unseen,
@@ -87,7 +88,7 @@ CORPORA += (fresh41, fresh42)
 CORPORA += (fresh43, fresh44)
 CORPORA += (fresh45, fresh46, fresh47, fresh48)
 CORPORA += (fresh49, fresh50, fresh51)
-CORPORA += (fresh52, fresh53, fresh54, fresh55)
+CORPORA += (fresh52, fresh53, fresh54, fresh55, fresh56)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
@@ -428,6 +429,20 @@ SLOW |= {c[0] for c in fresh55.CASES} - {  # fresh55: a case of each class by de
     "f55_weightnorm_llama",
     "f55_half_gpt.not_causal_second_block",
     "f55_dict_of_tensors_llama",
+}
+TODAY |= {  # fresh56: what the judge says today where it is wrong
+    "f56_ft.first_block": "could not judge: found 1 norms, the reference has 2 (a removed norm is math)",
+    "f56_ft.backbone": "FAILED with no id and no op: the removed first-layer norm never named",
+    "f56_tab": "no pair at mlp.1 (relu beside gelu), past the offset ids into one table",
+    "f56_graphormer.degrees_only": "FAILED with no id: the degree table not mapped to the token types",
+    "f56_graphormer.degrees_only.wrong_scale_second_layer": "FAILED with no id: the degree table not mapped",
+    "f56_qformer.layer": "attention.not_causal for the Q-Former's bidirectional queries",
+    "f56_mae.encoder": "could not judge: the forward not recorded (called on ids), the image example passed",
+}
+SLOW |= {c[0] for c in fresh56.CASES} - {  # fresh56: a case of each class by default
+    "f56_ft.backbone.all_norms",
+    "f56_tab.encoder.wrong_scale_second_layer",
+    "f56_hubert",
 }
 
 
