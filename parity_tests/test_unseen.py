@@ -436,7 +436,6 @@ TODAY |= {  # fresh56: what the judge says today where it is wrong
     "f56_tab": "no pair at mlp.1 (relu beside gelu), past the offset ids into one table",
     "f56_graphormer.degrees_only": "FAILED with no id: the degree table not mapped to the token types",
     "f56_graphormer.degrees_only.wrong_scale_second_layer": "FAILED with no id: the degree table not mapped",
-    "f56_qformer.layer": "attention.not_causal for the Q-Former's bidirectional queries",
     "f56_mae.encoder": "could not judge: the forward not recorded (called on ids), the image example passed",
 }
 SLOW |= {c[0] for c in fresh56.CASES} - {  # fresh56: a case of each class by default
