@@ -1,11 +1,12 @@
 """Whisper's whole encoder-decoder (mel frames and decoder ids in, logits out) judged against the reference's
 SpeechTransformer (numpy_transformer/audio.py), read from its structure as towers.py reads the audio encoder: the
 front end (two Conv1d over mel frames and a fixed table of positions), the encoder's pre-norm blocks of two
-LayerNorms and its final norm; then the decoder: the nn.Embedding called with the ids (the tokens) and the other one
-(learned positions), pre-norm blocks of three LayerNorms (norm, q k v out of the self-attention, norm, q k v out of
-the cross-attention, norm, fc1, fc2, in the order the forward calls them), a final norm, and the logits through a
-Linear or the token table (tied). The head count and activation are those under which the outputs agree; the outputs
-and every parameter's gradient are compared in float64 and float32 (running.reference_rows)."""
+LayerNorms and its final norm; then the decoder: the nn.Embedding called with the ids (the tokens), the table the
+recorded forward reads at rows 0 .. T-1 (learned positions: an nn.Embedding, or a parameter sliced [:T] as OpenAI's),
+pre-norm blocks of three LayerNorms (norm, q k v out of the self-attention, norm, q k v out of the cross-attention,
+norm, fc1, fc2, in the order the forward calls them), a final norm, and the logits through a Linear or the token
+table (tied). The head count and activation are those under which the outputs agree; the outputs and every
+parameter's gradient are compared in float64 and float32 (running.reference_rows)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from torch import nn
 from numpy_transformer.audio import POSITION_TABLE, SpeechTransformer, whisper_sinusoids
 from transformer_spec.config import TransformerConfig
 
+from . import dataflow as DF
 from . import towers as TW
 from .calling import first_tensor
 from .diagnosis import MATCH, _error
@@ -110,7 +112,7 @@ def _tries(cfg: TransformerConfig) -> list:
 
 def _read(model: nn.Module, front: tuple) -> tuple:
     """(links: user parameter -> the reference's name, (features, ids), config, the fixed position table)."""
-    _, features, first, D, convs, positions, _ = front
+    _, features, first, D, convs, positions, _ = front  # positions: the encoder's fixed table
     links = {u: ours[0] for u, ours in convs.items()}
     encoder = TW._up(first)
     table = model.get_buffer(positions).double().numpy()
@@ -121,13 +123,15 @@ def _read(model: nn.Module, front: tuple) -> tuple:
     ids = np.random.default_rng(1).integers(1, rows - 1, (2, min(8, rows)))
     order: list = []
     with first_calls(model.named_modules(), order) as calls, torch.no_grad():
-        out = first_tensor(model(torch.from_numpy(features), torch.from_numpy(ids)))
+        flow = DF.record(lambda: model(torch.from_numpy(features), torch.from_numpy(ids)), model)
+        out = first_tensor(calls[""].output)
     called = [n for n in embeddings if n in calls and torch.equal(calls[n].args[0], torch.from_numpy(ids))]
-    if len(called) != 1 or len(embeddings) != 2:
-        raise ValueError(f"{len(embeddings)} tables, {len(called)} of them reading the ids: not tokens and positions")
-    tokens, placed = called[0], next(n for n in embeddings if n != called[0])
-    links |= {f"{tokens}.weight": "decoder.token_embedding.weight"}
-    links |= {f"{placed}.weight": "decoder.position_embedding.weight"}
+    tables = {positions} | {f"{n}.weight" for n in called}  # the positions: the other table read at rows 0 .. T-1
+    placed = [t for t, c in flow.positions.items() if c == 0 and t not in tables]
+    if len(called) != 1 or len(placed) != 1:
+        raise ValueError(f"{len(called)} tables reading the ids and {len(placed)} of positions: not one each")
+    tokens = called[0]
+    links |= {f"{tokens}.weight": "decoder.token_embedding.weight", placed[0]: "decoder.position_embedding.weight"}
 
     def norms(name: str) -> int:
         return sum(isinstance(m, nn.LayerNorm) for m in model.get_submodule(name).modules())
@@ -155,7 +159,7 @@ def _read(model: nn.Module, front: tuple) -> tuple:
     cfg = TransformerConfig(
         src_vocab_size=out.shape[-1], tgt_vocab_size=out.shape[-1], d_model=D, n_heads=1, d_ff=fc1.shape[0],
         n_encoder_layers=len(enc), n_decoder_layers=len(dec), norm_first=True, positional="learned",
-        max_len=model.get_submodule(placed).num_embeddings, n_mels=features.shape[1], source_positions=len(table),
+        max_len=model.get_parameter(placed[0]).shape[0], n_mels=features.shape[1], source_positions=len(table),
         tie_embeddings=not heads, output_bias=bool(heads) and f"{heads[-1]}.bias" in held, layer_norm_eps=eps,
         dropout=0.0, scale_embeddings=False, pad_id=None,
     )  # fmt: skip
