@@ -6,7 +6,10 @@ recorded forward reads at rows 0 .. T-1 (learned positions: an nn.Embedding, or 
 pre-norm blocks of three LayerNorms (norm, q k v out of the self-attention, norm, q k v out of the cross-attention,
 norm, fc1, fc2, in the order the forward calls them), a final norm, and the logits through a Linear or the token
 table (tied). The head count and activation are those under which the outputs agree; the outputs and every
-parameter's gradient are compared in float64 and float32 (running.reference_rows)."""
+parameter's gradient are compared in float64 and float32 (running.reference_rows). Where it fails, the encoder that
+differs is judged as Whisper's audio encoder (towers.py); else the first decoder block whose output differs from the
+reference layer's: no pair where its cross-attention's keys or values read another tensor than the encoder's output,
+else the judge's decoder_layer level on its recorded call, under the map the first block passes by."""
 
 from __future__ import annotations
 
@@ -57,10 +60,10 @@ def judge_speech(user: nn.Module, reference: str, judge) -> Result | None:
 
 def _judged(model: nn.Module, front: tuple, result: Result, judge) -> Result:
     """`result` filled: the module read (_read), the reference run under each (activation, head count) and the one
-    whose encoder agrees, then whose logits agree best, compared; a failure placed (_place)."""
-    links, inputs, cfg, table, stacks = _read(model, front)
+    whose encoder agrees, then whose logits agree best, compared; a failure placed (_place, _source)."""
+    links, inputs, cfg, table, stacks, blocks = _read(model, front)
     refs = [_reference(model, links, table, cfg, a, h) for a, h in _tries(cfg)]
-    with first_calls([(n, model.get_submodule(n)) for n in stacks if n]) as calls, torch.no_grad():
+    with first_calls(model.named_modules()) as calls, torch.no_grad():
         out = first_tensor(model(*map(torch.from_numpy, inputs))).numpy()
     memory = first_tensor(calls[stacks[0]].output).numpy()  # the encoder's memory agreeing first, then the logits
     ranks = [(_error(memory, r.encode_source(inputs[0])[0]) > MATCH, _error(out, r.forward(*inputs))) for r in refs]
@@ -77,9 +80,41 @@ def _judged(model: nn.Module, front: tuple, result: Result, judge) -> Result:
     for dtype in (np.float64, np.float32):
         result.rows += _compare(model, links, inputs, table, cfg, activation, n_heads, dout, dtype)
     result.passed = all(r.ok for r in result.rows)
-    if not result.passed:
+    if result.passed:
+        return result
+    hidden = refs[best]._cache.decoder.hidden[1:]  # the reference's states after each decoder layer
+    block = next((b for b, h in zip(blocks, hidden, strict=True) if _error(_out(calls[b]), h) > MATCH), None)
+    if differs or block is None:
         _place(model, stacks[0] if differs else stacks[1], differs, calls, result, judge)
+    else:  # the first decoder block that differs: what its cross-attention reads, else its layer's verdict
+        read = dict(norm_first=True, activation=activation, n_heads=n_heads, dtypes=("float64",))
+        verdict = _source(block, links, calls, stacks[0]) or TW.judge_block(
+            model, block, blocks[0], calls, lambda b, **kw: judge(b, "decoder_layer", **read, **kw)
+        )
+        _said(verdict, block, result)
     return result
+
+
+def _out(call) -> np.ndarray:
+    return first_tensor(call.output).detach().numpy()
+
+
+def _source(block: str, links: dict, calls: dict, encoder: str) -> Result | None:
+    """No pair where `block`'s cross-attention (the Linears linked to its cross_attn's q, k and v projections) reads
+    its keys or values from another tensor than the encoder's output, as its recorded calls show; else None."""
+    layer = ".".join(links[next(u for u in links if u.startswith(f"{block}."))].split(".")[:3])  # decoder.layers.i
+    parts = {ours.split(".")[-2]: u.rsplit(".", 1)[0] for u, ours in links.items() if ours.startswith(f"{layer}.cross")}
+    memory, queries = _out(calls[encoder]), calls[parts["q_proj"]].args[0]
+    read = {p: calls[parts[p]].args[0].numpy() for p in ("k_proj", "v_proj")}
+    other = [p for p, x in read.items() if x.shape != memory.shape or _error(x, memory) > MATCH]
+    if not other:
+        return None
+    own = all(torch.equal(calls[parts[p]].args[0], queries) for p in other)
+    what = "the decoder's own states (what its queries read)" if own else "another tensor"
+    where = TW._up(parts[other[0]]).removeprefix(block).lstrip(".") or "(the module)"
+    names = " and ".join(parts[p].rsplit(".", 1)[-1] for p in other)
+    said = f"differs at {where}: the cross-attention's {names} projections read {what}, not the encoder's output"
+    return Result(reference="", unsupported=f"{said}, which the reference has no pair for")
 
 
 def _place(model: nn.Module, where: str, encoder: bool, calls: dict, result: Result, judge) -> None:
@@ -94,14 +129,27 @@ def _place(model: nn.Module, where: str, encoder: bool, calls: dict, result: Res
             example = (call.args, call.kwargs)
             verdict = judge(model.get_submodule(where), "decoder", example=example, dtypes=("float64",))
     result.first_divergence = where or None
+    _said(verdict, where, result)
+
+
+def _said(verdict: Result | None, where: str, result: Result) -> None:
+    """What `verdict` on the part `where` ("": the module) names, put in `result` at the whole module's places."""
+    at = f"{where}." if where else ""
     for d in verdict.diagnoses if verdict else []:
-        d.where = f"{where}.{d.where}" if d.where else where
+        d.where = f"{at}{d.where}" if d.where else where
         result.diagnoses.append(d)
-    said = verdict.unsupported if verdict and verdict.unsupported else ""
-    result.unsupported = said.replace("differs at ", f"differs at {where}.", 1) if said else None
+    result.first_divergence = result.diagnoses[0].where if result.diagnoses else where or None
+    said = verdict.unsupported if verdict and verdict.unsupported else None
+    if said and where:  # its place inside the part, or the part itself ("(the module)" there)
+        said = said.replace("differs at (the module)", f"differs at {where}", 1).replace(
+            "differs at ", f"differs at {at}", 1
+        )
+        said = said.replace(f"differs at {at}{where}:", f"differs at {where}:", 1)
+    result.unsupported = said
+    inner = verdict.unexplained if verdict and verdict.unexplained else None  # at the part's own part that differs
     if not (result.diagnoses or result.unsupported):
-        result.unexplained = f"{where or '(the module)'}: its output differs from the reference's; no catalogue "
-        result.unexplained += "variant reproduces it"
+        alone = "its output differs from the reference's; no catalogue variant reproduces it"
+        result.unexplained = f"{at}{inner}" if inner else f"{where or '(the module)'}: {alone}"
 
 
 def _tries(cfg: TransformerConfig) -> list:
@@ -164,7 +212,7 @@ def _read(model: nn.Module, front: tuple) -> tuple:
         dropout=0.0, scale_embeddings=False, pad_id=None,
     )  # fmt: skip
     decoder = _common([tokens, *dec])
-    return links, (features, ids), cfg, table, (encoder, "" if decoder.startswith(encoder) else decoder)
+    return links, (features, ids), cfg, table, (encoder, "" if decoder.startswith(encoder) else decoder), dec
 
 
 def _common(names: list) -> str:

@@ -574,15 +574,30 @@ def _place(model: nn.Module, tower: Tower, P: dict, fit: Fit, result: Result, ju
     diverging = (b for i, b in enumerate(blocks) if _differs(calls[b].output, hidden[i + 1]))
     block = next(diverging, None) if where == tower.final else None
     if block is not None:
-        call, level = calls[block], "decoder_only_layer" if fit.causal else "encoder_layer"
-        verdict = judge(model.get_submodule(block), level, example=(call.args, call.kwargs), norm_first=True,
-                        activation=fit.activation, n_heads=fit.n_heads, dtypes=("float64",))  # fmt: skip
+        level = "decoder_only_layer" if fit.causal else "encoder_layer"
+        read = dict(norm_first=True, activation=fit.activation, n_heads=fit.n_heads, dtypes=("float64",))
+        verdict = judge_block(model, block, blocks[0], calls, lambda b, **kw: judge(b, level, **read, **kw))
         for d in verdict.diagnoses:
             d.where = f"{block}.{d.where}" if d.where else block
         where, result.diagnoses = block, list(verdict.diagnoses)
     result.first_divergence = result.diagnoses[0].where if result.diagnoses else where
     if not result.diagnoses:
         result.unexplained = f"{where}: diverges from the reference tower; no catalogue variant reproduces it"
+
+
+def judge_block(model: nn.Module, block: str, first: str, calls: dict, judge) -> Result:
+    """The verdict on `block` on its own recorded call (`calls`) by `judge` (module, **kw), under the map the `first`
+    block passes by where `block` is a later one holding parameters of the same names: a model stores its layers
+    alike, so a block computing with them otherwise (its queries by the keys' projection) is judged as that."""
+
+    def held(name: str) -> list:
+        return [n for n, _ in model.get_submodule(name).named_parameters()]
+
+    def given(name: str, **kw) -> Result:
+        return judge(model.get_submodule(name), example=(calls[name].args, calls[name].kwargs), **kw)
+
+    earlier = given(first) if block != first and held(block) == held(first) else None
+    return given(block, mapping=earlier.mapping if earlier is not None and earlier.passed else None)
 
 
 def _front_mistakes(tower: Tower, P: dict, mine: torch.Tensor) -> list:
