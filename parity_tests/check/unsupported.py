@@ -378,8 +378,9 @@ def t5_relative(rec, whole: bool = True) -> tuple | str | None:
 def _t5(rec, node, term, value) -> tuple | str | None:
     """A term on the scores read from a (n, H) table at ids (T, S) (nn.Embedding, or P[ids]): (table, n, the
     max_distances whose buckets of key - query (numpy_transformer.scores.relative_buckets) are those ids on the
-    pairs read, bidirectional where keys after the query are read); what differs where the ids are no such buckets
-    or the rows are scaled; None: no such lookup."""
+    pairs read, bidirectional where keys after the query are read and the ids are no causal buckets there: bucket 0
+    for every key after its query is the reference's causal bias with its mask dropped, attention.not_causal); what
+    differs where the ids are no such buckets or the rows are scaled; None: no such lookup."""
     lookups = (n for n in DF.walk([term], lambda n: n.parents) if n.op in ("embedding", "__getitem__"))
     look = next((n for n in lookups if isinstance(n.value, np.ndarray) and n.value.ndim == 2 and n.parents), None)
     table = DF.weight_of(look.parents[0 if look.op == "__getitem__" else -1]) if look is not None else None
@@ -397,12 +398,11 @@ def _t5(rec, node, term, value) -> tuple | str | None:
         return f"{table} scaled by {c:.4g} with the scores it is added to (the reference adds it after the scale)"
     both = bool(seen.triu(1).any())
     fits = [m for m in range(n // (2 + 2 * both) + 1, 1025) if _same(ids, seen, (n, m, both))]
-    if fits:
-        return table, n, fits, both
-    if any(_same(ids, seen, (n, m, not both)) for m in range(n // (4 - 2 * both) + 1, 1025)):
-        how = "causal buckets in an attention that reads keys after the query" if both else "bidirectional buckets"
-        how += "" if both else " (an encoder's) in a causal attention"
-        return f"{table} read at {how}"
+    causal = [m for m in range(n // 2 + 1, 1025) if both and _same(ids, seen, (n, m, False))]
+    if fits or causal:  # causal buckets with keys after the query read (at bucket 0): the reference's, unmasked
+        return table, n, fits or causal, both and not causal
+    if not both and any(_same(ids, seen, (n, m, True)) for m in range(n // 4 + 1, 1025)):
+        return f"{table} read at bidirectional buckets (an encoder's) in a causal attention"
     q = 0 if both else T - 1  # a query whose keys show the buckets read: all after it, or all before
     row = ", ".join(f"{j - q}: {int(b)}" for j, b in enumerate(ids[q].tolist()))
     return f"{table} read at buckets none of T5's log-spaced ones (key - query: bucket, for query {q}: {row})"
