@@ -375,12 +375,6 @@ SLOW |= {c[0] for c in fresh49.CASES} - {  # fresh49: a case of each class by de
     "f49_talking_heads",
 }
 
-TODAY |= {  # fresh52: models that are not decoder-only LMs
-    "f52_t5_style.not_causal_second_decoder_block": "no pair: T5's causal buckets in an attention reading later keys",
-    "f52_whisper_style": "could not judge: 1 tables (the decoder's positions a sliced nn.Parameter, unread)",
-    "f52_whisper_style.keys_queries_swapped_second_encoder_block": "unexplained at encoder (no id, no op)",
-    "f52_whisper_style.cross_reads_own_states_second_decoder_block": "no pair at decoder.(the module): the head",
-}
 SLOW |= {c[0] for c in fresh52.CASES} - {  # fresh52: a case of each class by default (each 0.1 s)
     "f52_vit",
     "f52_vit.scale_by_head_dim_second_block",

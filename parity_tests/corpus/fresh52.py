@@ -78,6 +78,14 @@ First met: 16 of 20 right. Wrong:
   states", the place and the op wrong (the logits head, which is right, not the second cross-attention, and the
   malformed place "decoder.(the module)").
 
+Fixed since: all 20 right. T5's causal buckets read where keys after the query are seen (bucket 0 there) are read
+as the reference's causal bias with its mask dropped, so attention.not_causal is tried and named; the Whisper reading
+(check/speech.py) finds the decoder's positions in the recorded forward (the table read at rows 0 .. T-1, a sliced
+Parameter or an nn.Embedding); a tower's later block that differs is judged under the map its first block passes by
+(a model stores its layers alike), which names the exchanged queries and keys; a decoder failure is placed at the
+first decoder block whose output differs, as no pair where its cross-attention's keys or values read another tensor
+than the encoder's output, else by the judge's decoder_layer level there.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
