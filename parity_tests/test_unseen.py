@@ -392,11 +392,6 @@ TODAY |= {  # fresh53, as first met
     "f53_fast_llama31": "unexplained at layers.0.attention, read at base 10000: Llama 3.1's scaled table unread",
 }
 TODAY |= {  # fresh54: as first met
-    "f54_retnet": "could not judge: the number of heads cannot be read: pass n_heads= (retention not read first)",
-    "f54_retnet.one_gamma": "could not judge: the number of heads cannot be read: pass n_heads=",
-    "f54_retnet.n_heads": "the place right, the op misread: the GroupNorm said as a feed-forward's hidden norm",
-    "f54_hybrid": "the place right, the op misread: the GroupNorm said, not the decay gamma ** distance",
-    "f54_hybrid_retention_first.wrong_scale_second_layer": "the place right, the GroupNorm said, not the decay",
     "f54_bitnet": "at layers.0.mixer: q, k, v are no projection's output (BitLinear's STE weight not read)",
     "f54_bitnet.quantizers_alone": "at layers.0.mixer: q, k, v are no projection's output (the rounding unsaid)",
     "f54_bitnet.sign_weights": "at layers.0.mixer: q, k, v are no projection's output (the sign unsaid)",

@@ -297,7 +297,9 @@ def _weights(rec) -> tuple | None:
     """An attention whose weights are not a softmax over the keys: on the path from the scores (a product of two
     projections' outputs, no weight) to the product with the values (no weight, its other operand a projection's),
     an op no softmax is made of (SOFTMAX_MADE): Apple's sigmoid(s - log n), stick-breaking's logsigmoid and cumsum,
-    softpick's relu(exp(s) - 1) / sum |exp(s) - 1|, a conv2d over the scores; said with those ops, in order."""
+    softpick's relu(exp(s) - 1) / sum |exp(s) - 1|, a conv2d over the scores; said with those ops, in order. Where
+    that path holds no softmax and only the ops a softmax is made around (RetNet's decay gamma^(n - m) times the
+    scores), the weights are the scores so changed: said with what makes each operand off the path (_factor)."""
     for s in (n for n in rec.nodes if n.op in DF.PRODUCTS and DF.projection(n) is None and len(n.parents) >= 2):
         if not all(map(_projected, s.parents[:2])):
             continue
@@ -308,6 +310,10 @@ def _weights(rec) -> tuple | None:
         shown = [n for n in sorted(path, key=lambda n: n.index) if n.op not in SOFTMAX_MADE - DF.SOFTMAX]
         values = [p for f in fed for p in f.parents if id(p) not in on]  # the weights' other operand
         odd = [n for n in shown if n.op not in DF.SOFTMAX]
+        bare = not any(n.op in DF.SOFTMAX for n in path) and any(_summed(f) in _sequence(rec) for f in fed)
+        if bare and not odd and any(map(_projected, values)):  # RetNet's decay times the scores: no softmax at all
+            said = "".join(_factor(rec, n, on | {id(s)}) for n in sorted(path, key=lambda n: n.index))
+            return s.module, f"the attention's weights are the scores q k^T{said}, with no softmax over the keys"
         if odd and any(map(_projected, values)):
             writes = {n.module for n in odd if n.op == "__setitem__"}
             if len(odd) == len(writes) == 1 and odd[0].module.startswith(f"{s.module}."):  # a hook's, after them
@@ -316,6 +322,20 @@ def _weights(rec) -> tuple | None:
             said = f"the attention's weights are computed from the scores by {', '.join(ops)}"
             return s.module, f"{_feature_map(s)}{said} (the reference's: a softmax over the keys)"
     return None
+
+
+def _factor(rec, node, on: set) -> str:
+    """What the op `node` on the scores' way to the values does with its operands off that way (`on`: the ids of the
+    scores and of the nodes on it): " multiplied by a 4 x 5 x 5 tensor made by sub, pow, masked_fill from gammas"."""
+    verb = "multiplied by" if node.op in DF.MULS else "divided by" if node.op in DF.DIVS else f"{node.op} with"
+    said = ""
+    for operand in (p for p in node.parents if id(p) not in on):
+        made = sorted(DF.walk([operand], lambda n: n.parents), key=lambda n: n.index)
+        ops = ", ".join(dict.fromkeys(n.op for n in made if n.op not in DF.VIEWS | {"param", "input"}))
+        read = ", ".join(dict.fromkeys(str(n.param) for n in made if n.param))
+        shape = " x ".join(map(str, operand.shape))
+        said += f" {verb} a {shape} tensor" + (f" made by {ops}" if ops else "") + (f" from {read}" if read else "")
+    return said
 
 
 def _feature_map(scores) -> str:

@@ -63,6 +63,12 @@ mistakes, RWKV, the channel mix, the flag-off BitNet and its mistake, both Hyena
 - f54_bitnet.eps_outside_first_layer: the same words at layers.0.mixer in place of rms_norm.eps_outside_sqrt at
   layers.0.attn_norm, which runs before any BitLinear.
 
+Fixed since: the retention's five (unsupported._weights): on the way from the scores q k^T to their product with
+the values no softmax runs, only a product with a tensor made from the gammas, and that product sums over the
+positions, so the weights are said as the scores "multiplied by a 4 x T x T tensor made by arange, sub, clamp, pow,
+lt, masked_fill from layers.0.mixer.gammas, with no softmax over the keys" at the retention mixer; that is found
+before the heads are asked for and before the GroupNorm is read.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
