@@ -926,7 +926,7 @@ def _uses(flow: Flow) -> None:
         lookup = lookup and not picked(node)  # an expert's bias is no table
         table = weight_of(node.parents[0 if node.op == "__getitem__" else -1]) if lookup else None
         if table is not None:
-            indexed |= {table} if node.op == "__getitem__" else set()
+            indexed.add(table)
             offset = _position_offset(node.value)
             if offset is not None and summed([node]):  # rows concatenated ahead of the tokens: no positions
                 flow.positions.setdefault(table, offset)

@@ -68,18 +68,21 @@ def _modules(check) -> dict:
     return dict(check.user.named_modules()) if check.is_module else {}
 
 
-def _held(links, flow=None) -> list:
-    """(reference tensor name, the user's module path holding it) of each tensor of the weight map. A tensor linked
-    again (tied across reference layers, MP.ties) that as many modules read in the recorded `flow`: its n-th link
-    held by the n-th of them (a layer is the module that runs, not where its Parameter objects were made: ALBERT's
-    layers sharing layer 0's weights)."""
+def _held(links, check=None) -> list:
+    """(reference tensor name, the user's module path holding it) of each tensor of the weight map: its module's,
+    or as the recorded flow of `check` reads it, the module whose code reads it where its own is a container (a
+    ParameterList handed to torch.func.functional_call) or it is linked again (tied across reference layers,
+    MP.ties) and as many modules read it: its n-th link held by the n-th of them (a layer is the module that runs,
+    not where its Parameter objects were made: ALBERT's layers sharing layer 0's weights)."""
+    modules, flow = (_modules(check), check.flow) if check is not None else ({}, None)
     seen: dict = {}
     held = []
     for link in links:
         n = seen[link.user] = seen.get(link.user, -1) + 1
-        count = sum(k.user == link.user for k in links)
-        readers = _readers(flow, link.user) if flow is not None and count > 1 else []
-        path = readers[n] if len(readers) == count else link.user.rpartition(".")[0]
+        count, path = sum(k.user == link.user for k in links), link.user.rpartition(".")[0]
+        if flow is not None and (count > 1 or isinstance(modules.get(path), CONTAINERS)):
+            readers = _readers(flow, link.user)
+            path = readers[n] if len(readers) == count else path
         held += [(ref, path) for ref, _ in link.parts]
     return held
 
@@ -96,7 +99,7 @@ def hook_targets(check, links) -> dict:
     attention's output projection (BERT's attention.output.dense beside the norm), else the container holding the
     attention's parameters alone."""
     modules, paths = _modules(check), {}
-    for ref, path in _held(links, check.flow):
+    for ref, path in _held(links, check):
         parts = unit_of(ref).split(".")
         layers = [".".join(parts[: i + 2]) for i, part in enumerate(parts[:-1]) if part == "layers"]
         for unit in [".".join(parts), *layers]:  # the unit, and the layers holding it
@@ -107,7 +110,7 @@ def hook_targets(check, links) -> dict:
         others = [p for u, ps in paths.items() if not _inside(u, unit) and not _inside(unit, u) for p in ps]
         if not any(_inside(p, owner) for p in others):
             targets[unit] = owner
-    for unit, path in _out_projections(links, check.flow).items():
+    for unit, path in _out_projections(links, check).items():
         if unit not in targets and isinstance(modules.get(path), nn.Linear):
             targets[unit] = path
     for unit, own in paths.items():  # an attention in a container no code calls (Flax's tree): capture reads the flow
@@ -117,20 +120,20 @@ def hook_targets(check, links) -> dict:
     return targets
 
 
-def _out_projections(links, flow=None) -> dict:
+def _out_projections(links, check=None) -> dict:
     """attention unit -> the user's module path of its output projection."""
-    return {unit_of(ref): path for ref, path in _held(links, flow) if ref.split(".")[-2:-1] == ["out_proj"]}
+    return {unit_of(ref): path for ref, path in _held(links, check) if ref.split(".")[-2:-1] == ["out_proj"]}
 
 
-def attention_place(links, unit: str, target: str, flow=None) -> str:
+def attention_place(links, unit: str, target: str, check=None) -> str:
     """Where an attention unit's divergence is named: its hooked module, or where that is its output projection
     (BERT's attention.output holds the dense layer and the LayerNorm) the module holding its q, k and v projections
     (BERT's attention.self), or where that holds another unit's too (PaLM's, with the feed-forward) the one around
     it and the output projection. A projection other attentions read too (every layer's keys and values projected
     once, sliced per layer) is none's: the place is around the rest."""
-    if _out_projections(links, flow).get(unit) != target:
+    if _out_projections(links, check).get(unit) != target:
         return target
-    held = _held(links, flow)
+    held = _held(links, check)
     qkv = [path for ref, path in held if unit_of(ref) == unit and ref.split(".")[-2] in PROJECTIONS[:3]]
     others = {path for ref, path in held if unit_of(ref) != unit and unit_of(ref).endswith("_attn")}
     qkv = [path for path in qkv if path not in others] or qkv
@@ -529,7 +532,7 @@ def explained(check, choice, diverged: Divergence) -> tuple[str, list]:
         return _at_embedding(check, choice, stage, user_out)
     where = hook_targets(check, links)[stage.unit] or "(the module)"
     if stage.kind == "attention":
-        where = attention_place(links, stage.unit, where, check.flow)
+        where = attention_place(links, stage.unit, where, check)
         return where, _attention_variants(check, choice, stage, user_out, where, stage.valid)
     if stage.kind == "layer":
         return where, _in_layer(check, choice, stage, user_out, where)
