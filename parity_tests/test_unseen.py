@@ -414,7 +414,6 @@ SLOW |= {c[0] for c in fresh54.CASES} - {  # fresh54: a case of each class by de
     "f54_rwkv",
 }
 TODAY |= {  # fresh55: parameters stored and reached in unusual ways, as first met
-    "f55_paramlist_llama.rms_eps_outside_sqrt_second_layer": "could not judge: the forward could not be recorded",
     "f55_flat_gpt": "could not judge: cannot tell d_model; pass d_model= (given, no token table left)",
     "f55_flat_gpt.wrong_scale_second_block": "could not judge: cannot tell d_model; pass d_model=",
     "f55_hyper_llama": "differs at layers.0.attn: q, k and v are no projection's output (generated weights)",

@@ -733,6 +733,23 @@ def _in_layer(check, choice, stage, user_out, where) -> list:
         found = variants(check, choice, unit, user_out, where, stage.valid, through=through)
         if found:
             return found
+    return _inline_norms(check, choice, stage, user_out, where, [u for u in inner if u.unit not in targets])
+
+
+def _inline_norms(check, choice, stage, user_out, where, inner: list) -> list:
+    """A layer's norms that are no module of their own (written in its forward): the catalogue's variants of each
+    alone in its place, then of every one (one norm written once, used twice), run on the layer's input in situ."""
+    prefix = stage.unit + "."
+    norms = [u for u in inner if u.kind == "norm" and u.unit.startswith(prefix) and "." not in u.unit[len(prefix) :]]
+    for group in [[u] for u in norms] + [norms] * (len(norms) > 1):
+
+        def through(variant, group=group):
+            own = {u.unit[len(prefix) :]: M.sub(check.params, u.unit) for u in group}
+            return stage.rerun(*stage.inputs, attend={n: lambda h, p=p: variant(h, p) for n, p in own.items()})
+
+        found = _unit_variants(check, choice, group[0], user_out, where, stage.valid, through=through)
+        if found:
+            return found
     return []
 
 
