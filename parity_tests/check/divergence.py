@@ -73,7 +73,8 @@ def _held(links, check=None) -> list:
     or as the recorded flow of `check` reads it, the module whose code reads it where its own is a container (a
     ParameterList handed to torch.func.functional_call) or it is linked again (tied across reference layers,
     MP.ties) and as many modules read it: its n-th link held by the n-th of them (a layer is the module that runs,
-    not where its Parameter objects were made: ALBERT's layers sharing layer 0's weights)."""
+    not where its Parameter objects were made: ALBERT's layers sharing layer 0's weights), unless that module holds
+    it (Flax's tree, read by the model's own code: the container stands)."""
     modules, flow = (_modules(check), check.flow) if check is not None else ({}, None)
     seen: dict = {}
     held = []
@@ -82,7 +83,7 @@ def _held(links, check=None) -> list:
         count, path = sum(k.user == link.user for k in links), link.user.rpartition(".")[0]
         if flow is not None and (count > 1 or isinstance(modules.get(path), CONTAINERS)):
             readers = _readers(flow, link.user)
-            path = readers[n] if len(readers) == count else path
+            path = readers[n] if len(readers) == count and not _inside(path, readers[n]) else path
         held += [(ref, path) for ref, _ in link.parts]
     return held
 
