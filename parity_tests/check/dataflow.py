@@ -915,7 +915,8 @@ def summed(starts: list) -> bool:
 def _uses(flow: Flow) -> None:
     """Each parameter's first use (through views), and the tables looked up: with positions, with one id, or (a raw
     parameter indexed, P[ids], P[:T] or F.embedding(ids, P), and no product's weight) with any ids."""
-    indexed, embedded = set(), set()  # P[ids] and F.embedding(ids, P)
+    indexed: set = set()  # P[ids]
+    embedded: set = set()  # F.embedding(ids, P)
     for node in flow.nodes:
         for seen in map(root, node.parents):
             if seen.param is not None and seen.param not in flow.order:

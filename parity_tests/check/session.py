@@ -390,7 +390,8 @@ def recording(user, level: str, given: dict, seed: int, sizes=None, **convention
 def _matrices(user: nn.Module) -> list:
     """Where no parameter is a table by its module or name, each 2-D one as a table the ids may index (a raw
     parameter read by F.embedding): the recording's ids fit the fewest rows among them; the flow then says which."""
-    return [MP.Table(n, *p.shape, p.requires_grad, False) for n, p in user.named_parameters() if p.ndim == 2]
+    matrices = [(n, p) for n, p in user.named_parameters() if p.ndim == 2]
+    return [MP.Table(n, p.shape[0], p.shape[1], p.requires_grad, False) for n, p in matrices]
 
 
 def own_call(user: nn.Module, example: tuple) -> DF.Flow | None:
