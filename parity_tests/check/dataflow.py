@@ -914,8 +914,9 @@ def summed(starts: list) -> bool:
 
 def _uses(flow: Flow) -> None:
     """Each parameter's first use (through views), and the tables looked up: with positions, with one id, or (a raw
-    parameter indexed, P[ids] or P[:T], and no product's weight) with any ids."""
-    indexed = set()
+    parameter indexed, P[ids], P[:T] or F.embedding(ids, P), and no product's weight) with any ids."""
+    indexed: set = set()  # P[ids]
+    embedded: set = set()  # F.embedding(ids, P)
     for node in flow.nodes:
         for seen in map(root, node.parents):
             if seen.param is not None and seen.param not in flow.order:
@@ -926,7 +927,7 @@ def _uses(flow: Flow) -> None:
         lookup = lookup and not picked(node)  # an expert's bias is no table
         table = weight_of(node.parents[0 if node.op == "__getitem__" else -1]) if lookup else None
         if table is not None:
-            indexed |= {table} if node.op == "__getitem__" else set()
+            (indexed if node.op == "__getitem__" else embedded).add(table)
             offset = _position_offset(node.value)
             if offset is not None and summed([node]):  # rows concatenated ahead of the tokens: no positions
                 flow.positions.setdefault(table, offset)
@@ -938,7 +939,7 @@ def _uses(flow: Flow) -> None:
     for table in indexed & weights:
         flow.positions.pop(table, None)
         flow.constant_lookups.discard(table)
-    flow.lookups = indexed - weights
+    flow.lookups = (indexed | embedded) - weights
 
 
 def _attention_args(name: str, args: tuple, kwargs: dict):

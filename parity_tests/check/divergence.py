@@ -68,9 +68,30 @@ def _modules(check) -> dict:
     return dict(check.user.named_modules()) if check.is_module else {}
 
 
-def _held(links) -> list:
-    """(reference tensor name, the user's module path holding it) of each tensor of the weight map."""
-    return [(ref, link.user.rpartition(".")[0]) for link in links for ref, _ in link.parts]
+def _held(links, check=None) -> list:
+    """(reference tensor name, the user's module path holding it) of each tensor of the weight map: its module's,
+    or as the recorded flow of `check` reads it, the module whose code reads it where its own is a container (a
+    ParameterList handed to torch.func.functional_call) or it is linked again (tied across reference layers,
+    MP.ties) and as many modules read it: its n-th link held by the n-th of them (a layer is the module that runs,
+    not where its Parameter objects were made: ALBERT's layers sharing layer 0's weights), unless that module holds
+    it (Flax's tree, read by the model's own code: the container stands)."""
+    modules, flow = (_modules(check), check.flow) if check is not None else ({}, None)
+    seen: dict = {}
+    held = []
+    for link in links:
+        n = seen[link.user] = seen.get(link.user, -1) + 1
+        count, path = sum(k.user == link.user for k in links), link.user.rpartition(".")[0]
+        if flow is not None and (count > 1 or isinstance(modules.get(path), CONTAINERS)):
+            readers = _readers(flow, link.user)
+            path = readers[n] if len(readers) == count and not _inside(path, readers[n]) else path
+        held += [(ref, path) for ref, _ in link.parts]
+    return held
+
+
+def _readers(flow, name: str) -> list:
+    """The module paths whose code reads the parameter `name` in `flow`, in the order they first do."""
+    nodes = [n for n in flow.nodes if n.param == name]
+    return list(dict.fromkeys(c.module for n in nodes for c in n.children))
 
 
 def hook_targets(check, links) -> dict:
@@ -79,7 +100,7 @@ def hook_targets(check, links) -> dict:
     attention's output projection (BERT's attention.output.dense beside the norm), else the container holding the
     attention's parameters alone."""
     modules, paths = _modules(check), {}
-    for ref, path in _held(links):
+    for ref, path in _held(links, check):
         parts = unit_of(ref).split(".")
         layers = [".".join(parts[: i + 2]) for i, part in enumerate(parts[:-1]) if part == "layers"]
         for unit in [".".join(parts), *layers]:  # the unit, and the layers holding it
@@ -90,7 +111,7 @@ def hook_targets(check, links) -> dict:
         others = [p for u, ps in paths.items() if not _inside(u, unit) and not _inside(unit, u) for p in ps]
         if not any(_inside(p, owner) for p in others):
             targets[unit] = owner
-    for unit, path in _out_projections(links).items():
+    for unit, path in _out_projections(links, check).items():
         if unit not in targets and isinstance(modules.get(path), nn.Linear):
             targets[unit] = path
     for unit, own in paths.items():  # an attention in a container no code calls (Flax's tree): capture reads the flow
@@ -100,20 +121,20 @@ def hook_targets(check, links) -> dict:
     return targets
 
 
-def _out_projections(links) -> dict:
+def _out_projections(links, check=None) -> dict:
     """attention unit -> the user's module path of its output projection."""
-    return {unit_of(ref): path for ref, path in _held(links) if ref.split(".")[-2:-1] == ["out_proj"]}
+    return {unit_of(ref): path for ref, path in _held(links, check) if ref.split(".")[-2:-1] == ["out_proj"]}
 
 
-def attention_place(links, unit: str, target: str) -> str:
+def attention_place(links, unit: str, target: str, check=None) -> str:
     """Where an attention unit's divergence is named: its hooked module, or where that is its output projection
     (BERT's attention.output holds the dense layer and the LayerNorm) the module holding its q, k and v projections
     (BERT's attention.self), or where that holds another unit's too (PaLM's, with the feed-forward) the one around
     it and the output projection. A projection other attentions read too (every layer's keys and values projected
     once, sliced per layer) is none's: the place is around the rest."""
-    if _out_projections(links).get(unit) != target:
+    if _out_projections(links, check).get(unit) != target:
         return target
-    held = _held(links)
+    held = _held(links, check)
     qkv = [path for ref, path in held if unit_of(ref) == unit and ref.split(".")[-2] in PROJECTIONS[:3]]
     others = {path for ref, path in held if unit_of(ref) != unit and unit_of(ref).endswith("_attn")}
     qkv = [path for path in qkv if path not in others] or qkv
@@ -512,7 +533,7 @@ def explained(check, choice, diverged: Divergence) -> tuple[str, list]:
         return _at_embedding(check, choice, stage, user_out)
     where = hook_targets(check, links)[stage.unit] or "(the module)"
     if stage.kind == "attention":
-        where = attention_place(links, stage.unit, where)
+        where = attention_place(links, stage.unit, where, check)
         return where, _attention_variants(check, choice, stage, user_out, where, stage.valid)
     if stage.kind == "layer":
         return where, _in_layer(check, choice, stage, user_out, where)
@@ -711,6 +732,23 @@ def _in_layer(check, choice, stage, user_out, where) -> list:
 
         variants = _attention_variants if unit.kind == "attention" else _unit_variants
         found = variants(check, choice, unit, user_out, where, stage.valid, through=through)
+        if found:
+            return found
+    return _inline_norms(check, choice, stage, user_out, where, [u for u in inner if u.unit not in targets])
+
+
+def _inline_norms(check, choice, stage, user_out, where, inner: list) -> list:
+    """A layer's norms that are no module of their own (written in its forward): the catalogue's variants of each
+    alone in its place, then of every one (one norm written once, used twice), run on the layer's input in situ."""
+    prefix = stage.unit + "."
+    norms = [u for u in inner if u.kind == "norm" and u.unit.startswith(prefix) and "." not in u.unit[len(prefix) :]]
+    for group in [[u] for u in norms] + [norms] * (len(norms) > 1):
+
+        def through(variant, group=group):
+            own = {u.unit[len(prefix) :]: M.sub(check.params, u.unit) for u in group}
+            return stage.rerun(*stage.inputs, attend={n: lambda h, p=p: variant(h, p) for n, p in own.items()})
+
+        found = _unit_variants(check, choice, group[0], user_out, where, stage.valid, through=through)
         if found:
             return found
     return []

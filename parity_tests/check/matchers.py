@@ -108,14 +108,14 @@ def match_unit(
     that is no module of its own)."""
     site = MK.Site(x.shape[-1], x.shape[-1])
     forward = {
-        "layer_norm": lambda x, knobs: VR.layer_norm(x, params["weight"], params.get("bias", 0.0), eps, **knobs),
-        "rms_norm": lambda x, knobs: VR.rms_norm(x, params["weight"], eps, **knobs),
-        "gated_feed_forward": lambda x, knobs: VR.gated_feed_forward(params, x, activation, **knobs),
-        "positions": lambda x, knobs: x + VR.sinusoid_tables(x.shape[1], x.shape[-1], layout)[knobs["table"]],
+        "layer_norm": lambda x, knobs, p: VR.layer_norm(x, p["weight"], p.get("bias", 0.0), eps, **knobs),
+        "rms_norm": lambda x, knobs, p: VR.rms_norm(x, p["weight"], eps, **knobs),
+        "gated_feed_forward": lambda x, knobs, p: VR.gated_feed_forward(p, x, activation, **knobs),
+        "positions": lambda x, knobs, p: x + VR.sinusoid_tables(x.shape[1], x.shape[-1], layout)[knobs["table"]],
     }[unit]
 
-    def run(knobs: dict):
-        return forward(x, knobs) if through is None else through(lambda h: forward(h, knobs))
+    def run(knobs: dict):  # through's variant takes the unit's own parameters, or another unit's of its kind
+        return forward(x, knobs, params) if through is None else through(lambda h, p=params: forward(h, knobs, p))
 
     references = [{"table": t} for t in ("interleaved", "split")] if unit == "positions" else [{}]  # either layout
     unmatched = min(match(user_out, run(knobs), valid) for knobs in references)

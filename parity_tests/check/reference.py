@@ -378,7 +378,8 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
     float64, each with its rerun: its units ("self_attn", "self_attn_norm", ...) with the inputs each read and an
     attention's masks (a decoder's self-attention: causal, padding and the cross-attention's, maybe swapped); then the
     layer: post-norm, the last norm's output; pre-norm, x plus each sublayer's output. `attend` (name -> attention
-    of query, key/value input and mask) puts a catalogue variant in a sublayer's place, in the layer's rerun too."""
+    of query, key/value input and mask; a norm's name: a function of its input) puts a catalogue variant in a
+    sublayer's or a norm's place, in the layer's rerun too."""
     found, first = [], x
     layer = layer_of(prefix)
     window = cfg.layer_window(layer)
@@ -389,7 +390,8 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
     shared = cfg.parallel_residual and cfg.shared_norm  # Phi-2's block: the feed-forward reads the attention's norm
     added = []  # what each sublayer adds to the stream (pre-norm)
     for name, keep in [*sublayers, ("ffn", None)]:
-        norm = unit_forward("norm", M.sub(params, "self_attn_norm" if shared else f"{name}_norm"), cfg, name)
+        norm_name = "self_attn_norm" if shared else f"{name}_norm"
+        norm = (attend or {}).get(norm_name) or unit_forward("norm", M.sub(params, norm_name), cfg, name)
         # the unit's input: OLMo 2's, ModernBERT's first attention's (first_attn_norm False) the stream itself
         normed = cfg.input_norm and (cfg.first_attn_norm or name != "self_attn" or prefix != "encoder.layers.0.")
         h = norm(x) if cfg.norm_first and normed else x

@@ -355,12 +355,13 @@ def recording(user, level: str, given: dict, seed: int, sizes=None, **convention
     given_length = sizes is not None or conventions.get("example") is not None
     sizes = sizes or probe_sizes(user, level, **conventions)
     length = sizes.T_K if given_length else None
-    if entry.group == "model" and found.tables:
-        ids = PR.model_ids(entry.inputs, found.tables, sizes.B, length)
+    tables = found.tables or _matrices(user) if entry.group == "model" else []
+    if tables:
+        ids = PR.model_ids(entry.inputs, tables, sizes.B, length)
         called = {k: conventions[k] for k in ("call", "example")}  # as the caller's call or example calls it
         flow, raised = read_flow(user, level, lambda caller: ids, 16, **called)
         if flow is not None and sizes.B > 1 and flow.repeated:  # B runs of one module: once per sequence?
-            one = PR.model_ids(entry.inputs, found.tables, 1, length)
+            one = PR.model_ids(entry.inputs, tables, 1, length)
             alone = read_flow(user, level, lambda caller: one, 16, **called)[0]
             flow = alone if alone is not None and len(alone.attentions) < len(flow.attentions) else flow
     recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
@@ -384,6 +385,13 @@ def recording(user, level: str, given: dict, seed: int, sizes=None, **convention
         raise found.lacking
     own = own_call(user, conventions["example"]) if flow is None and conventions.get("example") else None
     return dataclasses.replace(MP.with_flow(found, user, flow, raised), own=own)
+
+
+def _matrices(user: nn.Module) -> list:
+    """Where no parameter is a table by its module or name, each 2-D one as a table the ids may index (a raw
+    parameter read by F.embedding): the recording's ids fit the fewest rows among them; the flow then says which."""
+    matrices = [(n, p) for n, p in user.named_parameters() if p.ndim == 2]
+    return [MP.Table(n, p.shape[0], p.shape[1], p.requires_grad, False) for n, p in matrices]
 
 
 def own_call(user: nn.Module, example: tuple) -> DF.Flow | None:

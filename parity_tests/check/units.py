@@ -114,6 +114,11 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
     outs = [p.out_features for p in pieces]  # a tie broken by the outputs (a packed in_proj read (in, out): 3D in)
     common = max(widths, key=lambda w: (widths.count(w), outs.count(w)), default=None)
     D = D or (norms[0].size if norms else common or (tables[0].width if tables else None))
+    if D is None and entry.unit != "heads" and not found.names:  # tensors registered nowhere: no size helps
+        raise ValueError(
+            "the module holds no parameters (its weights are registered nowhere, so none can be read or compared): "
+            "register them (nn.Parameter attributes, an nn.ParameterDict) and pass that module"
+        )
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free

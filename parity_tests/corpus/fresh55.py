@@ -64,6 +64,14 @@ each with its mistake named where it sits, and the ALBERT-like Llama). Wrong:
   d_model=" (it has none; the argument asked for cannot help, the words should say the module holds no
   parameters).
 
+Fixed since: where no parameter is a table by its module or name, the forward is recorded on ids that fit every
+2-D parameter's rows and the one F.embedding reads is the token table (the ParameterList Llama's vocabulary); a
+parameter held in a container no code calls (the MAML Llama's fast weights) is judged where the module reading it
+runs, and so is a Parameter object one layer shares with another (the ALBERT-like Llama's second layer is its own
+module, its mask judged there); a layer's norms written in its forward are tried with the catalogue's variants in
+place, each alone and then all together (the ParameterList Llama's eps); a module holding no parameters is said to
+hold none. Left: the flat GPT (one vector sliced into views: no view is a parameter the weight map can name).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
