@@ -385,12 +385,6 @@ SLOW |= {c[0] for c in fresh53.CASES} - {  # fresh53: a case of each class by de
     "f53_meta_llama.kv_heads_tiled_second_layer",
     "f53_meta_llama.start_pos_not_given",
 }
-TODAY |= {  # fresh53, as first met
-    "f53_meta_llama31": "unexplained at layers.0.attention, read at base 10000: Llama 3.1's scaled table unread",
-    "f53_meta_llama31.attention_norm_eps_outside_root_second_layer": "unexplained at layers.0.attention (its table)",
-    "f53_tune_llama3.qk_norm_after_rotation": "unexplained at layers.0.attn: the q/k norms after the rotation",
-    "f53_fast_llama31": "unexplained at layers.0.attention, read at base 10000: Llama 3.1's scaled table unread",
-}
 TODAY |= {  # fresh54: as first met
     "f54_bitnet": "at layers.0.mixer: q, k, v are no projection's output (BitLinear's STE weight not read)",
     "f54_bitnet.quantizers_alone": "at layers.0.mixer: q, k, v are no projection's output (the rounding unsaid)",

@@ -76,14 +76,15 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
     flow = found.flow  # the cos, sin or complex tables the forward computed give their base too
     computed = [flow.values[n.index] for n in flow.nodes if n.op in ("cos", "sin", "polar")] if flow else []
     scaled = TB.stated_scaling(user) if rope and "rope_scaling" not in given else None
+    source = "as the module's config states"
+    if scaled is None and rope and "rope_scaling" not in given:  # none stated: Llama 3.1's, read from a table
+        scaled, source = TB.fitted_scaling(user, cfg.d_head, computed, flow), "as its table's frequencies read"
     if scaled is not None:  # transformers' config states a scaled RoPE (DeepSeek's YaRN, Llama 3.1's llama3)
         theta, scaling = given.get("rope_theta", scaled[0]), scaled[1]
         reads = scaling.depends_on_length or None in (scaling.factor, scaling.original_max_position_embeddings)
         max_len = given.get("max_len", scaled[2] if scaled[2] and reads else cfg.max_len)  # where its math reads it
         cfg = dataclasses.replace(cfg, positional="rope", rope_theta=theta, rope_scaling=scaling, max_len=max_len)
-        notes.append(
-            f"RoPE scaled as the module's config states: {scaling.rope_type}, base {theta:g}, max_len {max_len}"
-        )
+        notes.append(f"RoPE scaled {source}: {scaling.rope_type}, base {theta:g}, max_len {max_len}")
     first = cfg.rope_theta if scaled is not None else given.get("rope_theta")
     rope64, thetas, rotary, orders = (
         TB.rope(user, cfg.d_head, first, notes, computed, cfg.rope_scaling if scaled else None, flow)

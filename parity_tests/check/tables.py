@@ -324,6 +324,68 @@ def stated_scaling(module) -> tuple[float, RopeScaling, int | None] | None:
     return None
 
 
+def fitted_scaling(module, Dh: int, computed=(), flow=None) -> tuple[float, RopeScaling, None] | None:
+    """(base, scaling, None) of Llama 3.1's scaled RoPE read from the frequencies of a table the module keeps (Meta's
+    complex freqs_cis, gpt-fast's cos and sin) or its forward computed (`computed`, a batch's first), where no config
+    states it: the first table whose frequencies _llama3 fits and rope_tables at that fit gives back to float32's
+    precision; None where none does. A table the forward adds (`flow`) is none of RoPE's."""
+    kept = [t for name, t in _tensors_kept(module) if flow is None or not flow.added(name)]
+    batches = [c.reshape(-1, *c.shape[-2:])[0] for c in computed if c.ndim >= 2]
+    for tensor in [t for t in kept + batches if t.is_complex() or t.is_floating_point()]:
+        value = _squeezed(tensor)
+        rows = value.shape[0] if value.ndim >= 2 else 1
+        for w in _row_frequencies(value, Dh):
+            for theta, scaling in _llama3(w, Dh):
+                tables = rope_tables(theta, Dh, rows, scaling).values()
+                if any(_within(value, table, tol) for table, tol in tables):
+                    return theta, scaling, None
+    return None
+
+
+def _row_frequencies(value: np.ndarray, Dh: int) -> list:
+    """The inverse frequencies (Dh/2,) a RoPE table's position 1 may be read as: an inv_freq itself; the angle of a
+    complex table; of (cos, sin) stacked last; of GPT-J's sin and cos side by side; an angles or a sin table's row,
+    in halves or pairs (its arcsin). Candidates only: rope_tables checks each."""
+    h = Dh // 2
+    if value.shape == (h,):
+        return [value]
+    row = value[1].reshape(-1) if value.ndim >= 2 and len(value) > 1 else np.zeros(0)
+    if np.iscomplexobj(row):
+        return [np.angle(row)] if row.size == h else []
+    cuts = [row] if row.size == h else [row[:h], row[::2]] if row.size == Dh else []
+    stacked = [np.arctan2(row[1::2], row[::2]), np.arctan2(row[:h], row[h:])] if row.size == Dh else []
+    return stacked + cuts + [np.arcsin(np.clip(c, -1, 1)) for c in cuts]
+
+
+def _llama3(w: np.ndarray, Dh: int) -> list:
+    """(base, llama3 scaling) candidates for inverse frequencies `w` read as Llama 3.1's: the base from the high
+    end, w_1 = base^(-2/Dh) where it is kept, or from the low end, w_{n-2} / w_{n-1} = base^(2/Dh) where both are
+    divided, each rounded to three digits, then as read; the factor from the lowest (divided by it); the original
+    length (at low_freq_factor 1: a common factor of the three cancels) and high_freq_factor (4 where one frequency
+    alone is blended) from the blended ones, whose share of the unscaled frequency is s = (original / wavelength -
+    1) / (high - 1). The factors rounded to three digits, then as read; the length to an integer."""
+    if len(w) < 3 or not np.all(np.isfinite(w) & (w > 0)) or abs(w[0] - 1) > 1e-6:
+        return []
+    read = (w[1] ** (-Dh / 2), (w[-2] / w[-1]) ** (Dh / 2))
+    found = []
+    for theta in dict.fromkeys(b for t in read for b in (float(f"{t:.3g}"), float(t))):
+        plain = theta ** (-np.arange(0, Dh, 2) / Dh)
+        ratio = w / plain
+        blended = ~np.isclose(ratio, 1, rtol=1e-5) & ~np.isclose(ratio, ratio[-1], rtol=1e-5)
+        if ratio[-1] >= 1 - 1e-5 or not blended.any() or np.any(np.diff(ratio) > 1e-5):
+            continue
+        factor = 1 / ratio[-1]
+        share = (ratio[blended] - ratio[-1]) / (1 - ratio[-1])
+        inverse = plain[blended] / (2 * np.pi)  # 1 / wavelength
+        k, original = 3.0, (1 + 3 * share[0]) / inverse[0]
+        if blended.sum() > 1:  # share (high - 1) - original / wavelength = -1, for high - 1 and original
+            (k, original), *_ = np.linalg.lstsq(np.stack([share, -inverse], 1), -np.ones_like(share), rcond=None)
+        if round(original) >= 1:
+            for f, high in dict.fromkeys(((float(f"{factor:.3g}"), float(f"{1 + k:.3g}")), (factor, 1 + k))):
+                found.append((theta, RopeScaling("llama3", float(f), int(round(original)), 1.0, float(high))))
+    return found
+
+
 def _tensors_kept(module):
     """(name, tensor) for every buffer and every plain tensor attribute (Meta's `self.freqs_cis`, which .to() does
     not convert), named by its dotted path; none that is empty (a cache made in the forward: fairseq's future mask)."""

@@ -1508,18 +1508,31 @@ def _spans(keys) -> str:
 
 def _norm_after_rotary(rec) -> tuple | None:
     """A q or k norm whose gain per feature meets the features after the rotary turned them (Hunyuan's query_layernorm
-    on the turned queries): g (R x) / rms, where the reference's q/k norm gives R (g x) / rms, before the rotation."""
+    on the turned queries, torchtune's q_norm): g (R x) / rms, where the reference's q/k norm gives R (g x) / rms,
+    before the rotation. Turned: a cos, sin or polar op behind the gain, or a product with a cos or sin table the
+    module keeps (_trig_table)."""
     for a in rec.attentions:
         for scale, role in ((s, r) for s, r in a.norms.items() if s in rec.order):
             use = next((n for n in rec.nodes if n.index == rec.order[scale]), None)  # its first use: x times the gain
             if use is None:
                 continue
-            behind = DF.walk(use.parents, lambda n: [] if n.op in DF.PRODUCTS else n.parents)  # back to the projection
+            behind = list(DF.walk(use.parents, lambda n: [] if n.op in DF.PRODUCTS else n.parents))  # to the projection
             gain = any(DF.root(p).param == scale and _per_feature(p) for p in use.parents)
-            if gain and any(n.op in ("cos", "sin", "polar") for n in behind):
+            tables = (rec.values.get(p.index) for n in behind if n.op in DF.MULS for p in n.parents)
+            if gain and (any(n.op in DF.TURNS for n in behind) or any(map(_trig_table, tables))):
                 what = f"{scale} (a gain per feature) normalises the {'queries' if role == 'q' else 'keys'} after"
                 return a.module, f"{what} the rotary turns them, where the reference's q/k norm comes before it"
     return None
+
+
+def _trig_table(value) -> bool:
+    """Whether `value` (a tensor the forward computed, or None) is a cos or sin table by position: every number within
+    [-1, 1], not all of them -1, 0 or 1, and its first row (positions on the second last axis) all 1 or all 0."""
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.ndim < 2:
+        return False
+    first = value.detach().reshape(-1, *value.shape[-2:])[0][0]
+    fractional = bool((value.detach() != value.detach().round()).any())
+    return fractional and bool(value.abs().max() <= 1) and bool((first == 1).all() or (first == 0).all())
 
 
 def _summed(node) -> int | None:

@@ -60,6 +60,13 @@ First met: 15 of 19 right (the judge frozen). Wrong:
 - f53_tune_llama3.qk_norm_after_rotation: "unexplained: layers.0.attn ... no catalogue variant reproduces it", the
   place right but neither an id nor the op said (fresh23's Hunyuan q/k norms after the rotation, the same class).
 
+Fixed since: where no config states a scaled RoPE, Llama 3.1's scaling is read from the frequencies of a table the
+module keeps or its forward computes (tables.fitted_scaling: the base from the high end, kept, or from the two
+lowest, both divided; the factor from the lowest; the original length and high_freq_factor from the blended ones),
+then checked by building the table again at that fit; the q/k norms' gain met after the queries are multiplied by a
+cos or sin table the module keeps (torchtune's cache, not only the cos and sin the forward computes, Hunyuan's) is
+said as no pair at the attention (unsupported._norm_after_rotary).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
