@@ -80,6 +80,7 @@ class Node:
     call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held); a clamp's
     tid: int = 0  # the id of the tensor it made
     named: dict = field(default_factory=dict)  # F.multi_head_attention_forward's: {argument: the parameter it is}
+    made: frozenset | None = None  # made from parameters alone, no product: those of 2+ axes (_made_of); else None
 
 
 class _Recorder(TorchFunctionMode):
@@ -104,6 +105,7 @@ class _Recorder(TorchFunctionMode):
 
     def _add(self, node: Node) -> Node:
         """`node` appended, and made a child of its parents."""
+        node.made = _made_of(node)
         self.nodes.append(node)
         for p in node.parents:
             p.children.append(node)
@@ -204,6 +206,17 @@ class _Recorder(TorchFunctionMode):
 
     def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
         return self._add(Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o)))
+
+
+def _made_of(node: Node) -> frozenset | None:
+    """The parameters of 2+ axes a tensor is made of where it is computed from parameters (and buffers) alone by ops
+    other than products and lookups (w + (round(w / s) * s - w).detach(), BitNet's quantised weight); else None."""
+    if node.param is not None:
+        return frozenset([node.param] if len(node.shape) >= 2 else [])
+    made = [p.made for p in node.parents]
+    if node.op in PRODUCTS | {"embedding", "input"} or not made or any(m is None for m in made):
+        return None
+    return frozenset().union(*made)  # type: ignore[arg-type]
 
 
 def _tensordot_equation(a: torch.Tensor, b: torch.Tensor, dims=2, **_) -> str:
@@ -360,9 +373,13 @@ def picked(node: Node) -> bool:
 
 
 def weight_of(node: Node) -> str | None:
-    """The parameter (2 or more axes) `node` is, seen through views; None for anything computed."""
+    """The parameter (2 or more axes) `node` is, seen through views, or the one it is made of where it is computed
+    from it alone, element-wise (a quantised weight: BitNet's, whose rounding unsupported.py says); None for anything
+    else computed."""
     seen = root(node)
-    return seen.param if seen.param is not None and len(seen.shape) >= 2 else None
+    if seen.param is not None:
+        return seen.param if len(seen.shape) >= 2 else None
+    return next(iter(seen.made)) if seen.made and len(seen.made) == 1 and len(seen.shape) >= 2 else None
 
 
 def projection(node: Node) -> str | None:
