@@ -403,10 +403,6 @@ TODAY |= {  # fresh54: as first met
     "f54_retnet.n_heads": "the place right, the op misread: the GroupNorm said as a feed-forward's hidden norm",
     "f54_hybrid": "the place right, the op misread: the GroupNorm said, not the decay gamma ** distance",
     "f54_hybrid_retention_first.wrong_scale_second_layer": "the place right, the GroupNorm said, not the decay",
-    "f54_bitnet": "at layers.0.mixer: q, k, v are no projection's output (BitLinear's STE weight not read)",
-    "f54_bitnet.quantizers_alone": "at layers.0.mixer: q, k, v are no projection's output (the rounding unsaid)",
-    "f54_bitnet.sign_weights": "at layers.0.mixer: q, k, v are no projection's output (the sign unsaid)",
-    "f54_bitnet.eps_outside_first_layer": "the BitLinear no pair at layers.0.mixer before the norm's mistake",
 }
 SLOW |= {c[0] for c in fresh54.CASES} - {  # fresh54: a case of each class by default
     "f54_bitnet.off",
@@ -420,8 +416,6 @@ TODAY |= {  # fresh55: parameters stored and reached in unusual ways, as first m
     "f55_flat_gpt.wrong_scale_second_block": "could not judge: cannot tell d_model; pass d_model=",
     "f55_maml_llama": "could not judge: net.layers.0.mlp.w2 cuts an image into patches (float ids recorded)",
     "f55_maml_llama.wrong_scale_second_layer": "could not judge: net.layers.0.mlp.w2 cuts an image into patches",
-    "f55_hyper_llama": "differs at layers.0.attn: q, k and v are no projection's output (generated weights)",
-    "f55_hyper_llama.rope_on_v_second_layer": "differs at layers.0.attn: q, k and v are no projection's output",
     "f55_shared_llama.not_causal_second_layer": "unexplained at (the module): layer 0 read as run twice",
     "f55_dict_of_tensors_llama": "could not judge: cannot tell d_model; pass d_model= (the module has no parameters)",
 }

@@ -63,6 +63,13 @@ mistakes, RWKV, the channel mix, the flag-off BitNet and its mistake, both Hyena
 - f54_bitnet.eps_outside_first_layer: the same words at layers.0.mixer in place of rms_norm.eps_outside_sqrt at
   layers.0.attn_norm, which runs before any BitLinear.
 
+Fixed since (BitNet): a weight computed element-wise from one parameter alone (w + (q - w).detach()) is read as
+that parameter's projection (dataflow.weight_of), so the BitLinear is judged as the Linear it stands for; where its
+output departs, the first op the reference lacks is said at layers.0.mixer.wq (the weightless inner norm, whose
+moment is of the already scaled x; the round of the activations; the sign of the weights, a grid the quantiser
+finder now follows through clips and the straight-through sum); a smaller departure before it that a catalogued
+variant reproduces (the eps outside the root at layers.0.attn_norm) is named first.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 

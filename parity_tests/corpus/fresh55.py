@@ -64,6 +64,11 @@ each with its mistake named where it sits, and the ALBERT-like Llama). Wrong:
   d_model=" (it has none; the argument asked for cannot help, the words should say the module holds no
   parameters).
 
+Fixed since (the hypernetwork Llama): where the recording shows a product reading a weight that another product made
+from parameters alone, the whole forward is run again with each such weight held as a parameter of the submodule
+whose product reads it, at the value it is generated at (running.computing, grown): the model is judged as the
+ordinary Llama of its generated weights, their gradients compared in place of the generator's.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
