@@ -216,7 +216,8 @@ def _made_of(node: Node) -> frozenset | None:
     if node.param is not None:
         return frozenset([node.param] if len(node.shape) >= 2 else [])
     made = [p.made for p in node.parents]
-    if node.op in ("embedding", "input") or not made or any(m is None for m in made):
+    looked = node.op == "__getitem__" and isinstance(node.value, np.ndarray)  # rows read by ids: a lookup
+    if node.op in ("embedding", "input") or looked or not made or any(m is None for m in made):
         return None
     return frozenset().union(*made)  # type: ignore[arg-type]
 
