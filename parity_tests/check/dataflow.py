@@ -80,6 +80,8 @@ class Node:
     call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held); a clamp's
     tid: int = 0  # the id of the tensor it made
     named: dict = field(default_factory=dict)  # F.multi_head_attention_forward's: {argument: the parameter it is}
+    made: frozenset | None = None  # made from parameters alone: those of 2+ axes (_made_of); else None
+    grown: bool = False  # made so through a product (a hypernetwork's W = gen(e).view(d_out, d_in))
 
 
 class _Recorder(TorchFunctionMode):
@@ -104,6 +106,8 @@ class _Recorder(TorchFunctionMode):
 
     def _add(self, node: Node) -> Node:
         """`node` appended, and made a child of its parents."""
+        node.made = _made_of(node)
+        node.grown = node.made is not None and (node.op in PRODUCTS or any(p.grown for p in node.parents))
         self.nodes.append(node)
         for p in node.parents:
             p.children.append(node)
@@ -204,6 +208,18 @@ class _Recorder(TorchFunctionMode):
 
     def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
         return self._add(Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o)))
+
+
+def _made_of(node: Node) -> frozenset | None:
+    """The parameters of 2+ axes a tensor is made of where it is computed from parameters (and buffers) alone (w +
+    (round(w / s) * s - w).detach(), BitNet's quantised weight); else None."""
+    if node.param is not None:
+        return frozenset([node.param] if len(node.shape) >= 2 else [])
+    made = [p.made for p in node.parents]
+    looked = node.op == "__getitem__" and isinstance(node.value, np.ndarray)  # rows read by ids: a lookup
+    if node.op in ("embedding", "input") or looked or not made or any(m is None for m in made):
+        return None
+    return frozenset().union(*made)  # type: ignore[arg-type]
 
 
 def _tensordot_equation(a: torch.Tensor, b: torch.Tensor, dims=2, **_) -> str:
@@ -360,9 +376,19 @@ def picked(node: Node) -> bool:
 
 
 def weight_of(node: Node) -> str | None:
-    """The parameter (2 or more axes) `node` is, seen through views; None for anything computed."""
+    """The parameter (2 or more axes) `node` is, seen through views, or the one it is made of where it is computed
+    from it alone, element-wise (a quantised weight: BitNet's, whose rounding unsupported.py says); None for anything
+    else computed."""
     seen = root(node)
-    return seen.param if seen.param is not None and len(seen.shape) >= 2 else None
+    if seen.param is not None:
+        return seen.param if len(seen.shape) >= 2 else None
+    one = seen.made and len(seen.made) == 1 and not seen.grown and len(seen.shape) >= 2
+    return next(iter(seen.made)) if one else None  # type: ignore[arg-type]
+
+
+def generated(flow: Flow) -> bool:
+    """Whether a product reads a tensor of 2+ axes a product made from parameters alone (a hypernetwork's weight)."""
+    return any(n.op in PRODUCTS and any(p.grown and len(p.shape) >= 2 for p in n.parents) for n in flow.nodes)
 
 
 def projection(node: Node) -> str | None:

@@ -261,6 +261,7 @@ class Divergence:
     user: np.ndarray | None = None
     error: float = 0.0
     said: str | None = None  # what the reference has no pair for, read at the stage (_fused)
+    earlier: Divergence | None = None  # one of a rounding's size before it, that gave way to it (scan)
 
 
 def _stages(check, choice) -> list:
@@ -297,7 +298,7 @@ def scan(check, choice, captured) -> Divergence:
                 if adds or match(whole, stage.output, stage.valid) <= ROUNDING:
                     adds, user, error = True, whole, match(whole, stage.output, stage.valid)
         if error > ROUNDING and (small is None or stage is not chained):
-            return Divergence(done, stage, user, error)
+            return Divergence(done, stage, user, error, earlier=small)
         if error > 1e-10 and small is None:
             small = Divergence(done, stage, user, error)
         done += small is None
@@ -342,6 +343,8 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
         result.first_divergence, result.unsupported = where, differs(where, diverged.said)
         return
     where, found = explained(check, choice, diverged)
+    if not found and diverged.earlier is not None:  # a smaller departure before it that a variant reproduces: first
+        where, found = next((e for e in [explained(check, choice, diverged.earlier)] if e[1]), (where, found))
     # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there
     result.first_divergence = found[-1].where if found else where
     result.diagnoses += found

@@ -25,6 +25,7 @@ from torch.overrides import TorchFunctionMode
 from numpy_transformer import TransformerConfig
 
 from . import calling as C
+from . import dataflow as DF
 from . import divergence as DV
 from . import graphs as GR
 from . import levels as LV
@@ -312,7 +313,7 @@ def module(
             plain, parametrized = RN.plain_weights(plain)
             plain, adapted = RN.merged_adapters(plain)  # LoRA: base + s B A judged as the one linear it is (a note)
             plain, graphed = GR.ungraphed(plain, lambda m: recording(m, level, given, seed, **conventions))
-            found = recording(plain := RN.computing(plain), level, given, seed, **conventions)
+            plain, found = computing(plain, lambda m: recording(m, level, given, seed, **conventions))
             plain, computed = RN.computed_weights(plain)  # int8 weights dequantized in the forward: what it computes
             plain, linear = RN.linear_maps(plain, found.flow)  # DoRA, an adapter over a computed base: the linear
             found = recording(plain, level, given, seed, **conventions) if computed or linear else found
@@ -336,6 +337,15 @@ def module(
         return could_not_judge(user_module, reference, found.flow or found.own, exc)
     finally:
         torch.set_num_threads(threads)
+
+
+def computing(plain, record) -> tuple:
+    """(running.computing's copy of `plain`, its recording `record(copy)`), recorded again with the whole forward run
+    so where the recording shows a weight a product made from parameters alone (a hypernetwork's: DF.generated)."""
+    found = record(made := RN.computing(plain))
+    if found.flow is not None and DF.generated(found.flow):
+        found = record(made := RN.computing(plain, grown=True))
+    return made, found
 
 
 LONGER = 24  # a mask, window or table may part from the reference's only past the probe's
@@ -466,11 +476,11 @@ def before_head(user_module, reference: str, flow, answer: str) -> Result | None
 def beside(check: Check) -> list:
     """A note naming the parameters the forward reads where the judged output is not computed (Medusa's draft
     heads beside its logits: dataflow._reaching), or never reads, which are not the reference's: a module where all
-    of those it holds are, else the parameter (a layer's unused mixing weight); [] where there are none. A module's
-    own tensors a weight it computes is made from (running.computed_weights: log_w of exp(log_w)) are read there."""
+    of those it holds are, else the parameter (a layer's unused mixing weight); [] where there are none. The tensors
+    of a module computing weights (running.computed_weights: log_w of exp(log_w), a hypernetwork's) are read there."""
     held = dict(check.user.named_parameters()) if check.is_module and check.flow is not None else {}
-    owner = check.user.get_submodule if held else None
-    held = {n: p for n, p in held.items() if owner and not getattr(owner(n.rpartition(".")[0]), "computed_names", 0)}
+    computing = [m for m, sub in check.user.named_modules() if getattr(sub, "computed_names", 0)] if held else []
+    held = {n: p for n, p in held.items() if not any(m == "" or n.startswith(f"{m}.") for m in computing)}
     unread = [p for p in (check.flow.beside if held else ()) if p in held]
     whole = lambda m: m and all(q in unread for q in held if q.startswith(f"{m}."))  # noqa: E731
     said = ", ".join(dict.fromkeys(m if whole(m := p.rpartition(".")[0]) else p for p in unread))

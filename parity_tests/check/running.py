@@ -324,23 +324,25 @@ def plain_weights(user) -> tuple:
     ]
 
 
-def computing(user):
+def computing(user, grown: bool = False):
     """`user`, or a copy where a leaf module holds no parameter of 2+ axes but a buffer of 2+ axes (int8 weights and
     their scales) or a parameter (a norm's log_w) with each such module's forward run under _Computing: a weight it
     computes (`qweight.to(x.dtype) * scale`, `exp(log_w)`) is kept as the forward computes it, and read from the
-    parameter computed_weights gives it."""
-    if not isinstance(user, nn.Module) or not any(map(_computes, user.modules())):
+    parameter computed_weights gives it. `grown` (the recording shows a weight a product made from parameters alone:
+    dataflow.generated): the whole forward run so too, each such weight (a hypernetwork's) the module's own."""
+    if not isinstance(user, nn.Module) or not grown and not any(map(_computes, user.modules())):
         return user
     model = copy_module(user)
-    for m in (m for m in model.modules() if _computes(m)):
+    for m in (m for m in model.modules() if _computes(m) or grown and m is model):
         cls = type(m)
 
         @functools.wraps(cls.forward)  # its signature the user's (calling.py reads it)
-        def forward(self, *args, cls=cls, **kwargs):
-            with _Computing(self):
+        def forward(self, *args, cls=cls, whole=grown and m is model, **kwargs):
+            with _Computing(self, grown=whole):
                 return cls.forward(self, *args, **kwargs)
 
-        m.__class__ = type(cls.__name__, (cls,), {"forward": forward, "seen": {}, "__module__": cls.__module__})
+        kept = {"forward": forward, "seen": {}, "places": {}, "__module__": cls.__module__}
+        m.__class__ = type(cls.__name__, (cls,), kept)
     return model
 
 
@@ -362,17 +364,21 @@ def computed_weights(model) -> tuple:
         if "seen" in vars(type(m)) and not seen and not getattr(m, "computed_names", None):
             m.__class__ = type(m).__bases__[0]  # it computed nothing: its own class again
         for k in sorted(seen):  # in the dtype the product read it in (the run's), whatever its scales are stored in
-            name = "weight" if k == 0 and not hasattr(m, "weight") else f"weight_computed{k}"
-            m.register_parameter(name, nn.Parameter(seen[k]))
-            m.computed_names = [*getattr(m, "computed_names", []), name]
-            names.append(f"{path}.{name}" if path else name)
+            place = type(m).places.get(k, "")  # type: ignore[attr-defined]  # the submodule whose product reads it
+            owner = m.get_submodule(place)
+            name = "weight" if not hasattr(owner, "weight") else f"weight_computed{k}"
+            owner.register_parameter(name, nn.Parameter(seen[k]))
+            m.computed_names = [*getattr(m, "computed_names", []), f"{place}.{name}".lstrip(".")]
+            names.append(f"{path}.{m.computed_names[-1]}".lstrip("."))
     if not names:
         return model, []
     listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    grown = any(getattr(type(m), "places", {}).get(k) for m in model.modules() for k in getattr(type(m), "seen", {}))
+    generated = "; those a product makes from parameters (a hypernetwork's) are compared in place of those parameters"
     return model, [
         f"judged on the weights the forward computes from the module's own tensors ({listed}), each a parameter "
         "holding the value it is computed at: their gradients are compared; the tensors they are computed from "
-        "(a norm's log_w of exp(log_w), int8 weights, scales) have none"
+        f"(a norm's log_w of exp(log_w), int8 weights, scales) have none{generated if grown else ''}"
     ]
 
 
@@ -383,13 +389,38 @@ class _Computing(TorchFunctionMode):
     k-th computed weight: its parameter where computed_weights registered one, else kept (its class's `seen`) and used
     as it is; so is a vector (one number per feature) multiplying a tensor not so computed (a norm's exp(log_w)
     times the normed x; 1 + w, an offset the recording reads, is not computed); a scale multiplying the product after
-    it is folded into that weight (_scaled)."""
+    it is folded into that weight (_scaled). `grown`: the tensors computed from all the module's parameters and
+    buffers, its submodules' too, and of those only the ones a product took part in (a hypernetwork's weights)."""
 
-    def __init__(self, module: nn.Module):
+    def __init__(self, module: nn.Module, grown: bool = False):
         super().__init__()
         self.module, self.k, self.computed, self.used = module, 0, set(), None
-        self.pure = {id(t): t for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]}
+        held = [*module.parameters(recurse=grown), *module.buffers(recurse=grown)]
+        self.pure = {id(t): t for t in held}
+        self.grown: set | None = set() if grown else None
+        self.paths, self.path = {id(m): p for p, m in module.named_modules()} if grown else {}, [""]
+        self.hooks: list = []
         self.products: dict[int, tuple] = {}  # id(a product's output) -> (it, the computed weight's k, the op)
+
+    def __enter__(self):
+        """The submodule running each op followed (`path`) where the module's submodules' products are read too."""
+        if self.grown is not None:
+            self.hooks = [
+                nn.modules.module.register_module_forward_pre_hook(self._enter_module),
+                nn.modules.module.register_module_forward_hook(self._leave_module),
+            ]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for hook in self.hooks:
+            hook.remove()
+        return super().__exit__(*exc)
+
+    def _enter_module(self, m, *_) -> None:
+        self.path.append(self.paths.get(id(m), self.path[-1]))
+
+    def _leave_module(self, *_) -> None:
+        self.path.pop()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -409,19 +440,25 @@ class _Computing(TorchFunctionMode):
         if read and all(id(t) in self.pure for t in read):
             made = name not in VIEWS or any(id(t) in self.computed or not t.is_floating_point() for t in read)
             made = made and not (name in ADDS and len(read) == 1)  # 1 + w: an offset the recording reads (Gemma's)
+            grown = self.grown is not None and (name in PRODUCTS or any(id(t) in self.grown for t in read))
             for o in (o for o in tree_leaves(out) if isinstance(o, torch.Tensor)):
                 self.pure[id(o)] = o
                 self.computed |= {id(o)} if made else set()
+                if grown and self.grown is not None:
+                    self.grown.add(id(o))
         return out
 
     def _weight(self, t, least: int = 2):
         if not isinstance(t, torch.Tensor) or id(t) not in self.computed or t.ndim < least:
             return t
+        if self.grown is not None and id(t) not in self.grown:
+            return t
         k, self.k, names = self.k, self.k + 1, getattr(self.module, "computed_names", [])
         self.used = k
         if k < len(names):
-            return getattr(self.module, names[k])
+            return self.module.get_parameter(names[k])
         type(self.module).seen[k] = t.detach().clone()  # type: ignore[attr-defined]
+        type(self.module).places[k] = self.path[-1]  # type: ignore[attr-defined]
         return t
 
     def _scaled(self, a, b):

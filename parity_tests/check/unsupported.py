@@ -511,7 +511,7 @@ def _weightless_norm(rec) -> tuple | None:
         before = DF.walk(normed.parents, lambda n: n.parents if n.op in DF.MULS | DF.VIEWS else []) if normed else []
         uses = [n for n in after if n.op not in DF.VIEWS]  # a number scales it where it is the norm's one use
         scales = [p for n in uses if n.op not in DF.PRODUCTS for p in n.parents if len(uses) == 1 or _per_feature(p)]
-        scales += [p for n in before if n.op in DF.MULS and node.op not in NORMS for p in n.parents]
+        scales += _scaled_before(node, list(before)) if normed and node.op not in NORMS else []
         if normed is not None and not any(map(_learned, scales)):
             made = [
                 (n, w)
@@ -531,6 +531,14 @@ def _weightless_norm(rec) -> tuple | None:
                 return node.module, "F.normalize(x) scales each vector to unit length (L2), without a weight"
             return node.module, f"{_by_hand(node, normed)} normalises without a weight (no learned scale)"
     return None
+
+
+def _scaled_before(root_op, before: list) -> list:
+    """The factors of the products `before` a root taken by hand (T5's w * x * rsqrt(mean(x^2))) whose moment the root
+    does not read: one it reads (BitNet's x * rsqrt(mean(x^2)) of an x a norm's weight scaled) is what it normalises."""
+    first = min((n.index for n in before), default=root_op.index)
+    read = {id(n) for n in DF.walk([root_op], lambda n: [p for p in n.parents if p.index >= first])}
+    return [p for n in before if n.op in DF.MULS and id(n) not in read for p in n.parents]
 
 
 def _modulation(factor, normed) -> bool:
@@ -576,7 +584,7 @@ def _normalised_weight(rec) -> tuple | None:
         value = rec.values.get(node.index)
         rows = value is not None and torch.allclose(value.detach().double().norm(dim=-1), torch.tensor(1.0).double())
         ahead = DF.walk(node.children, lambda n: n.children if n.op in DF.VIEWS else [])
-        if any(n.op in DF.PRODUCTS and not DF.projection(n) for n in ahead):  # read as a weight, not another's input
+        if any(n.op in DF.PRODUCTS and DF.projection(n) in (None, weight) for n in ahead):  # as a weight, not an input
             said = f"scales each row of {weight} to unit length" if rows else f"normalises {weight}"
             return weight.rpartition(".")[0], f"{node.op}({weight}) {said} before a product reads it"
     return None
@@ -1050,15 +1058,20 @@ def _clamped(rec) -> tuple | None:
 
 
 CLAMPS = {"clamp", "clamp_", "clamp_min", "clamp_max", "clip", "hardtanh"}
-ROUNDS = {"round", "round_", "floor", "ceil", "trunc", "fix"}
+ROUNDS = {"round", "round_", "floor", "ceil", "trunc", "fix", "sign"}  # sign: a grid of -1, 0, 1 (1-bit weights)
+QUANTISING = DF.MULS | DF.DIVS | DF.VIEWS | DF.ADDS | DF.SUBS | CLAMPS  # scale, clip, unscale; x + (q - x).detach()
 
 
 def _rounded(rec) -> tuple | None:
-    """A tensor rounded to a grid that a projection multiplies, through scalings and views (W8A8's activations,
-    round(x * 127 / absmax) * absmax / 127): the reference's products read their inputs unrounded."""
+    """A tensor rounded to a grid that a projection multiplies, through scalings, clips, views and the
+    straight-through sum x + (q - x).detach() (W8A8's activations, round(x * 127 / absmax) * absmax / 127; BitNet's
+    weights, round(w / mean|w|) or sign(w - mean w), read as the weight's projection: dataflow.weight_of): the
+    reference's products read their inputs and weights unrounded."""
     for node in (n for n in rec.nodes if n.op in ROUNDS and n.parents):
-        on = DF.walk(node.children, lambda n: n.children if n.op in DF.MULS | DF.DIVS | DF.VIEWS else [])
+        on = DF.walk(node.children, lambda n: n.children if n.op in QUANTISING else [])
         weight = next((w for n in on if (w := DF.projection(n)) is not None), None)
+        if weight is not None and weight in (node.made or ()):
+            return node.module, f"torch.{node.op} rounds {weight} to a grid before it multiplies (weights quantized)"
         if weight is not None:
             return node.module, f"torch.{node.op} rounds what {weight} multiplies to a grid (inputs quantized)"
     return None

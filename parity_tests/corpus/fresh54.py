@@ -69,6 +69,13 @@ positions, so the weights are said as the scores "multiplied by a 4 x T x T tens
 lt, masked_fill from layers.0.mixer.gammas, with no softmax over the keys" at the retention mixer; that is found
 before the heads are asked for and before the GroupNorm is read.
 
+Fixed since (BitNet): a weight computed element-wise from one parameter alone (w + (q - w).detach()) is read as
+that parameter's projection (dataflow.weight_of), so the BitLinear is judged as the Linear it stands for; where its
+output departs, the first op the reference lacks is said at layers.0.mixer.wq (the weightless inner norm, whose
+moment is of the already scaled x; the round of the activations; the sign of the weights, a grid the quantiser
+finder now follows through clips and the straight-through sum); a smaller departure before it that a catalogued
+variant reproduces (the eps outside the root at layers.0.attn_norm) is named first.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 

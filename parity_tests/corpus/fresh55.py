@@ -72,6 +72,11 @@ module, its mask judged there); a layer's norms written in its forward are tried
 place, each alone and then all together (the ParameterList Llama's eps); a module holding no parameters is said to
 hold none. Left: the flat GPT (one vector sliced into views: no view is a parameter the weight map can name).
 
+Fixed since (the hypernetwork Llama): where the recording shows a product reading a weight that another product made
+from parameters alone, the whole forward is run again with each such weight held as a parameter of the submodule
+whose product reads it, at the value it is generated at (running.computing, grown): the model is judged as the
+ordinary Llama of its generated weights, their gradients compared in place of the generator's.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
