@@ -877,6 +877,20 @@ def _joined(rec) -> tuple | None:
     return None
 
 
+def _offset_ids(rec) -> tuple | None:
+    """A table read at the ids the module was given plus a buffer or parameter of an offset per position
+    (TabTransformer's categories_offset into one table of every column's values): each position reads its own block
+    of rows, a row per (position, value), where the reference reads a token's row by its id alone."""
+    for node in (n for n in rec.nodes if n.op == "embedding" and _read_ids(n)):
+        ids = DF.root(node.parents[0])
+        held = [p for p in ids.parents if DF.root(p).param is not None and p.shape and p.shape[-1] > 1]
+        if ids.op in DF.ADDS and held:
+            table = DF.weight_of(node.parents[-1]) or "a table"
+            what = f"{table} read at the ids plus {DF.root(held[0]).param} (an offset per position {held[0].shape})"
+            return ids.module, f"{what}: a block of rows per position, a row per (position, value)"
+    return None
+
+
 def _embedded_by(node) -> list:
     """The weights of the nearest projections and table lookups behind `node`, in the order they ran."""
     ends = DF.walk([node], lambda n: [] if DF.projection(n) or n.op == "embedding" else n.parents)
@@ -1589,7 +1603,7 @@ def _turned_then_scaled(rec) -> tuple | None:
 
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _joined, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
+    _joined, _offset_ids, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
