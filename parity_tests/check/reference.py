@@ -391,8 +391,8 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
     for name, keep in [*sublayers, ("ffn", None)]:
         norm = unit_forward("norm", M.sub(params, "self_attn_norm" if shared else f"{name}_norm"), cfg, name)
         # the unit's input: OLMo 2's, ModernBERT's first attention's (first_attn_norm False) the stream itself
-        first = name == "self_attn" and prefix in ("", "encoder.layers.0.")  # an encoder layer's alone, or a stack's
-        normed = cfg.input_norm and (cfg.first_attn_norm or not first)
+        opening = name == "self_attn" and prefix in ("", "encoder.layers.0.")  # an encoder layer alone, a stack's
+        normed = cfg.input_norm and (cfg.first_attn_norm or not opening)
         h = norm(x) if cfg.norm_first and normed else x
         kind = "ffn" if name == "ffn" else "attention"
         inputs = (h,) if name == "ffn" else (h, h if name == "self_attn" else memory, keep)
