@@ -400,12 +400,8 @@ SLOW |= {c[0] for c in fresh55.CASES} - {  # fresh55: a case of each class by de
     "f55_dict_of_tensors_llama",
 }
 TODAY |= {  # fresh56: what the judge says today where it is wrong
-    "f56_ft.first_block": "could not judge: found 1 norms, the reference has 2 (a removed norm is math)",
-    "f56_ft.backbone": "FAILED with no id and no op: the removed first-layer norm never named",
-    "f56_tab": "no pair at mlp.1 (relu beside gelu), past the offset ids into one table",
     "f56_graphormer.degrees_only": "FAILED with no id: the degree table not mapped to the token types",
     "f56_graphormer.degrees_only.wrong_scale_second_layer": "FAILED with no id: the degree table not mapped",
-    "f56_mae.encoder": "could not judge: the forward not recorded (called on ids), the image example passed",
 }
 SLOW |= {c[0] for c in fresh56.CASES} - {  # fresh56: a case of each class by default
     "f56_ft.backbone.all_norms",

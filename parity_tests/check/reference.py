@@ -161,14 +161,14 @@ UNIT_RUNS = {  # a component's runner, by its unit
 }  # fmt: skip
 
 
-def run_layer(params: dict, p: Probe, cfg, dtype, causal: bool):
-    """One layer on x: an encoder layer (the keys' padding masked), a decoder-only one (causal; a parallel layer
-    where cfg says), or, given a memory (B, T_k, D), a decoder layer cross-attending to it (its padding masked); the
-    self-attention rotary where cfg says."""
+def run_layer(params: dict, p: Probe, cfg, dtype, causal: bool, layer: int = 0):
+    """One layer on x: an encoder layer (the keys' padding masked; `layer` its index in its stack), a decoder-only one
+    (causal; a parallel layer where cfg says), or, given a memory (B, T_k, D), a decoder layer cross-attending to it
+    (its padding masked); the self-attention rotary where cfg says."""
     x, memory = p.floats["x"], p.floats.get("memory")
     rope = M.rope_for(cfg, x.shape[1], dtype) if memory is None else None  # rotary (cos, sin), or None
     if not causal:
-        out, cache = M.encoder_layer_forward(params, x, cfg, mask=keep_mask(p, "src"), rope=rope)
+        out, cache = M.encoder_layer_forward(params, x, cfg, mask=keep_mask(p, "src"), rope=rope, layer=layer)
         return out, _named(M.encoder_layer_backward, cache, ("x",))
     forward, backward = M.decoder_layer(cfg)  # sequential, or the parallel layer cfg states
     out, cache = forward(params, x, memory, cfg, memory_mask=keep_mask(p, "cross"), rope=rope)
@@ -181,7 +181,7 @@ def run_stack(params: dict, p: Probe, cfg, dtype, stack: str):
     x, backwards, hidden = p.floats["x"], [], [p.floats["x"]]
     for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
         on_x = dataclasses.replace(p, floats=p.floats | {"x": x})  # the probe with the last layer's output as x
-        x, layer_backward = run_layer(M.sub(params, f"{stack}.layers.{i}"), on_x, cfg, dtype, stack == "decoder")
+        x, layer_backward = run_layer(M.sub(params, f"{stack}.layers.{i}"), on_x, cfg, dtype, stack == "decoder", i)
         backwards.append(layer_backward)
         hidden.append(x)
     out, norm_cache = M.final_norm_forward(M.sub(params, stack), x, cfg)
@@ -393,7 +393,8 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
         norm_name = "self_attn_norm" if shared else f"{name}_norm"
         norm = (attend or {}).get(norm_name) or unit_forward("norm", M.sub(params, norm_name), cfg, name)
         # the unit's input: OLMo 2's, ModernBERT's first attention's (first_attn_norm False) the stream itself
-        normed = cfg.input_norm and (cfg.first_attn_norm or name != "self_attn" or prefix != "encoder.layers.0.")
+        opening = name == "self_attn" and prefix in ("", "encoder.layers.0.")  # an encoder layer alone, a stack's
+        normed = cfg.input_norm and (cfg.first_attn_norm or not opening)
         h = norm(x) if cfg.norm_first and normed else x
         kind = "ffn" if name == "ffn" else "attention"
         inputs = (h,) if name == "ffn" else (h, h if name == "self_attn" else memory, keep)

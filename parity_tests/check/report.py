@@ -128,7 +128,8 @@ class Result:
 
     def _config_fields(self) -> list:
         """The config fields shown: the level's (levels.py), RoPE's only where it rotates (an attention or a layer
-        has no other positions); a parallel layer's and Gemma 2's soft caps where set."""
+        has no other positions); a parallel layer's and Gemma 2's soft caps, a first attention without its norm where
+        set."""
         if self.config is None:
             return []
         entry = LEVELS.get(self.reference)  # None for "encoder", the alias: a model's fields
@@ -138,6 +139,7 @@ class Result:
             hidden = {"rope_theta"} | ({"positional"} if layer else set())
             fields = [k for k in fields if k not in hidden]
         scaled = ["output_scale"] if self.config.output_scale != 1 else []  # Cohere's logit scale, the paper's d^-0.5
+        scaled += ["first_attn_norm"] * (not self.config.first_attn_norm)  # the first attention reads the stream
         mixture = list(MIXTURE) * bool(self.config.n_experts) + ROUTER * self.config.deepseek_router
         mixture += ["relative_buckets", "relative_max_distance"] * self.config.has_relative_bias  # T5's
         return fields + scaled + [k for k in READ_FROM_FLOW if getattr(self.config, k, None)] + mixture

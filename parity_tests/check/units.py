@@ -190,6 +190,10 @@ def _units(entry, found, units: Units) -> None:
     units.n_enc, units.n_dec = entry.n_layers(len(units.attentions), len(units.blocks))
     units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec) - units.n_dec * units.shared_norm
     _sandwich(entry, flow, units)
+    encoder = entry.stacks[:1] == ("encoder",) or entry.group == "layer" and not entry.causal
+    if encoder and flow is not None and flow.norm_first:  # ModernBERT's, the FT-Transformer's first layer
+        units.first_attn_norm = not flow.stream_read
+        units.layer_norms -= flow.stream_read
     if entry.group == "model" and flow is not None:
         _model_norms(entry, flow, units)
 
@@ -209,12 +213,9 @@ def _by_call(flow, units: Units) -> None:
 
 
 def _model_norms(entry, flow, units: Units) -> None:
-    """A model's norms: the first encoder layer's attention norm left out where that attention reads the stream
-    itself (ModernBERT's: first_attn_norm False); norms beyond the layers' the embeddings' (those that read only
-    lookups, less a pre-norm first layer's own: BERT's embeddings.LayerNorm), the rest final norms."""
-    if flow.norm_first and entry.stacks[0] == "encoder":
-        units.first_attn_norm = not flow.stream_read
-        units.layer_norms -= flow.stream_read
+    """A model's norms beyond the layers' (less the first attention's where it reads the stream itself: _units):
+    the embeddings' (those that read only lookups, less a pre-norm first layer's own: BERT's embeddings.LayerNorm),
+    the rest final norms."""
     if len(units.norms) > units.layer_norms:
         stacks = len(entry.stacks)
         first = list(dict.fromkeys(n.weight for n in units.norms if not flow.computed_from_projections(n.weight)))
@@ -960,7 +961,7 @@ class Linker:
             self.attention(self.take("attention", f"{prefix}{name}"), f"{prefix}{name}.")
         self.ffn(self.take("feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
         kinds = ["_norm"] * self.cfg.input_norm + ["_post_norm"] * self.cfg.sandwich_norm  # in the order applied
-        first = ["self_attn"] * (self.cfg.first_attn_norm or prefix != "encoder.layers.0.")
+        first = ["self_attn"] * (self.cfg.first_attn_norm or prefix not in ("", "encoder.layers.0."))
         for sub in first + ["cross_attn"] * decoder + ["ffn"] * (not self.cfg.shared_norm):
             for name in (sub + kind for kind in kinds):
                 self.norm(self.take("norm", f"{prefix}{name}"), f"{prefix}{name}.")
@@ -1003,7 +1004,8 @@ def _link(lk: Linker) -> None:
     elif unit == "layer":
         _refuse_attention_alone(lk)
         lk.count("attentions", len(u.attentions), 2 if cross else 1)
-        lk.count("norms", len(u.norms), (3 if cross else 2) - lk.cfg.shared_norm)  # Phi-2's block: one
+        norms = (3 if cross else 2) - lk.cfg.shared_norm - (not lk.cfg.first_attn_norm)  # Phi-2's block: one
+        lk.count("norms", len(u.norms), norms)
         lk.layer("", cross)
     elif unit in ("stacks", "model"):
         _link_stacks(lk)

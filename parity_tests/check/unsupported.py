@@ -905,6 +905,20 @@ def _joined(rec) -> tuple | None:
     return None
 
 
+def _offset_ids(rec) -> tuple | None:
+    """A table read at the ids the module was given plus a buffer or parameter of an offset per position
+    (TabTransformer's categories_offset into one table of every column's values): each position reads its own block
+    of rows, a row per (position, value), where the reference reads a token's row by its id alone."""
+    for node in (n for n in rec.nodes if n.op == "embedding" and _read_ids(n)):
+        ids = DF.root(node.parents[0])
+        held = [p for p in ids.parents if DF.root(p).param is not None and p.shape and p.shape[-1] > 1]
+        if ids.op in DF.ADDS and held:
+            table = DF.weight_of(node.parents[-1]) or "a table"
+            what = f"{table} read at the ids plus {DF.root(held[0]).param} (an offset per position {held[0].shape})"
+            return ids.module, f"{what}: a block of rows per position, a row per (position, value)"
+    return None
+
+
 def _embedded_by(node) -> list:
     """The weights of the nearest projections and table lookups behind `node`, in the order they ran."""
     ends = DF.walk([node], lambda n: [] if DF.projection(n) or n.op == "embedding" else n.parents)
@@ -1344,6 +1358,19 @@ def _picked(rec) -> tuple | None:
     return None
 
 
+def _positions_kept(rec) -> tuple | None:
+    """The states (B, T, D) read at fewer positions than they hold by an index tensor (MAE's x[:, keep], a subset of
+    the patches): the sequence shortened by a choice of positions, which no reference level makes; a slice (no
+    index tensor) or a permutation of every position is none."""
+    for node in (n for n in rec.nodes if n.op in ("__getitem__", "index_select") and len(n.parents) > 1):
+        whole, index = node.parents[0], node.parents[1]
+        B, T, D = whole.shape if len(whole.shape) == 3 else (0, 0, 0)
+        if len(node.shape) == 3 and node.shape[0] == B and node.shape[2] == D and 0 < node.shape[1] < T:
+            held = DF.root(index).param or "an index"
+            return node.module, f"the states (B, {T}, D) read at {node.shape[1]} of their positions by {held}"
+    return None
+
+
 def _first_row(rec, x, whole) -> bool:
     """Whether the picked states `x` are each sequence's first row of `whole` (a class token's: the towers' pool and
     BERT's pooler read it, the reference's too)."""
@@ -1635,10 +1662,11 @@ def _turned_then_scaled(rec) -> tuple | None:
 
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _joined, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
+    _joined, _offset_ids, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
-    _running_sum, _learned_scale, _conditioned, _pooled, _picked, _feature_head, _uncalled, _prepended, _shifted_copies,
-    _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed, _turned_then_scaled,
+    _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept, _feature_head, _uncalled,
+    _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed,
+    _turned_then_scaled,
 )  # fmt: skip
