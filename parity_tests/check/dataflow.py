@@ -49,6 +49,7 @@ VIEWS = {
 PRODUCTS = {
     "linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsum", "conv1d", "addmm", "baddbmm", "_grouped_mm",
 }  # fmt: skip
+WEIGHT_OPERAND = {"linear": 1, "matmul": 1, "__matmul__": 1, "mm": 1, "bmm": 1}  # x @ W, F.linear(x, W)
 SOFTMAX = {"softmax", "_softmax", "exp"}  # exp: a softmax written by hand, e / e.sum()
 ACTIVATIONS = {
     "relu", "gelu", "silu", "sigmoid", "tanh", "erf", "softplus", "relu_", "elu", "mish", "leaky_relu", "clamp",
@@ -82,6 +83,7 @@ class Node:
     named: dict = field(default_factory=dict)  # F.multi_head_attention_forward's: {argument: the parameter it is}
     made: frozenset | None = None  # made from parameters alone: those of 2+ axes (_made_of); else None
     grown: bool = False  # made so through a product (a hypernetwork's W = gen(e).view(d_out, d_in))
+    as_weight: bool = False  # read as a product's weight (F.linear's, the right of x @ W: WEIGHT_OPERAND)
 
 
 class _Recorder(TorchFunctionMode):
@@ -108,6 +110,8 @@ class _Recorder(TorchFunctionMode):
         """`node` appended, and made a child of its parents."""
         node.made = _made_of(node)
         node.grown = node.made is not None and (node.op in PRODUCTS or any(p.grown for p in node.parents))
+        if (w := _weight_operand(node)) is not None:
+            w.as_weight = root(w).as_weight = True
         self.nodes.append(node)
         for p in node.parents:
             p.children.append(node)
@@ -382,13 +386,23 @@ def weight_of(node: Node) -> str | None:
     seen = root(node)
     if seen.param is not None:
         return seen.param if len(seen.shape) >= 2 else None
-    one = seen.made and len(seen.made) == 1 and not seen.grown and len(seen.shape) >= 2
+    one = seen.made and len(seen.made) == 1 and not seen.grown and len(seen.shape) >= 2 and seen.as_weight
     return next(iter(seen.made)) if one else None  # type: ignore[arg-type]
 
 
+def _weight_operand(node: Node) -> Node | None:
+    """The operand a product reads as its weight (F.linear's, the right of x @ W) where its other one is computed
+    from the inputs (not from parameters alone: learned queries' q k^T is no product by a weight); else None."""
+    i = WEIGHT_OPERAND.get(node.op)
+    if i is None or len(node.parents) <= i or node.parents[1 - i].made is not None:
+        return None
+    return node.parents[i]
+
+
 def generated(flow: Flow) -> bool:
-    """Whether a product reads a tensor of 2+ axes a product made from parameters alone (a hypernetwork's weight)."""
-    return any(n.op in PRODUCTS and any(p.grown and len(p.shape) >= 2 for p in n.parents) for n in flow.nodes)
+    """Whether a product reads as its weight a tensor of 2+ axes a product made from parameters alone (a
+    hypernetwork's weight)."""
+    return any((w := _weight_operand(n)) is not None and w.grown and len(w.shape) >= 2 for n in flow.nodes)
 
 
 def projection(node: Node) -> str | None:

@@ -431,7 +431,7 @@ class _Computing(TorchFunctionMode):
         if name in PRODUCTS:
             args, kwargs = tree_map(self._weight, (args, kwargs))
         elif name in MULS and len(args) == 2 and sum(id(t) in self.pure for t in args if torch.is_tensor(t)) == 1:
-            args = tuple(self._weight(t, 1) if t.ndim == 1 else t for t in args)  # x * exp(log_w): one per feature
+            args = tuple(self._weight(t, 1) if torch.is_tensor(t) and t.ndim == 1 else t for t in args)  # x * exp(w)
         out = func(*args, **kwargs)
         if self.used is not None and isinstance(out, torch.Tensor):
             self.products[id(out)] = (out, self.used, name)
