@@ -354,9 +354,11 @@ def latent_layouts(model: Model) -> list:
 
 
 def unpadded(user, level: str, found: MP.Structure, pad, sizes: PR.Sizes, example=None, **_) -> PR.Sizes:
-    """`sizes` padding no ids where the `example` holds no `pad` in its integer tensors, passes no mask and the
-    forward, called as it calls it, hides no key at a pad id: a model the example shows run without padding."""
-    if example is None or pad is None or LV.LEVELS[level].group != "model" or not found.tables:
+    """`sizes` padding no ids where a table's padding_idx says the `pad` id (judge.no_pad_token reads the others),
+    the `example` holds no `pad` in its integer tensors, passes no mask and the forward, called as it calls it, hides
+    no key at a pad id: a model the example shows run without padding."""
+    said = any(t.padding_idx == pad for t in found.tables) and pad is not None
+    if example is None or not said or LV.LEVELS[level].group != "model":
         return sizes
     tensors = [(n, v) for _, n, v in C._slots(user, example) if isinstance(v, torch.Tensor)]
     masked = any("mask" in n.lower() or v.dtype == torch.bool for n, v in tensors)
