@@ -400,8 +400,6 @@ SLOW |= {c[0] for c in fresh55.CASES} - {  # fresh55: a case of each class by de
     "f55_dict_of_tensors_llama",
 }
 TODAY |= {  # fresh56: what the judge says today where it is wrong
-    "f56_graphormer.degrees_only": "FAILED with no id: the degree table not mapped to the token types",
-    "f56_graphormer.degrees_only.wrong_scale_second_layer": "FAILED with no id: the degree table not mapped",
 }
 SLOW |= {c[0] for c in fresh56.CASES} - {  # fresh56: a case of each class by default
     "f56_ft.backbone.all_norms",

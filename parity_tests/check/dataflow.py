@@ -604,6 +604,7 @@ class Flow:
     qk_norms: dict = field(default_factory=dict)  # norm scale name -> [(the q or k projection's weight, its role)]
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
+    read_at: dict = field(default_factory=dict)  # table -> the ids of its first lookup (not its positions)
     lookups: set = field(default_factory=set)  # raw 2-D parameters indexed by rows and no product's weight: tables
     # a router's weight -> (its top-k node, its k gates renormalised, DeepSeek's router fields, its choice bias, the
     # top-k's over groups before the choice)
@@ -975,6 +976,8 @@ def _uses(flow: Flow) -> None:
                 node.value.size > 1 or root(node.parents[0]).shape[0] < 2
             ):
                 flow.constant_lookups.add(table)  # one id everywhere; a one-row table's row read by any id
+            else:
+                flow.read_at.setdefault(table, node.value)
     weights = {projection(n) for n in flow.nodes}  # an indexed weight (a fused one's rows) is no table
     for table in indexed & weights:
         flow.positions.pop(table, None)

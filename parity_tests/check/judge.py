@@ -361,8 +361,9 @@ def longer_sizes(check: Check, choice: Choice, sizes: Sizes) -> Sizes | None:
     T = min(max(LONGER, 3 * (cfg.sliding_window or 0)), 64, cfg.max_len)
     if not check.entry.across_positions or T <= sizes.T_K:
         return None
-    longer = Sizes(sizes.B, T - (sizes.T_K - sizes.T_Q), T)
-    at = dataclasses.replace(check, probes=SE.probes_at(check.entry, cfg, check.seed, longer), configs=(cfg,))
+    longer = dataclasses.replace(sizes, T_Q=T - (sizes.T_K - sizes.T_Q), T_K=T)
+    probes = SE.probes_at(check.entry, cfg, check.seed, longer, check.flow, check.model)
+    at = dataclasses.replace(check, probes=probes, configs=(cfg,))
     p = probe_of(at, choice.caller)
     try:
         out = run_user(at, choice.layout, choice.caller, np.float64, probe=p)[0].detach().cpu().numpy()

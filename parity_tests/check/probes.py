@@ -15,6 +15,7 @@ class Sizes:
     B: int = 3  # three sequences: a (B, 1, T) mask read as (1, B, 1, T) against two heads fails, not broadcasts
     T_Q: int = 5  # T_q != T_k where a level has two sequences
     T_K: int = 6
+    pads: bool = True  # False: token ids padded nowhere (an example that pads nothing, to a model masking no pad)
 
 
 SIZES = Sizes()
@@ -102,7 +103,7 @@ def _builder(floats: dict, ids: dict | None = None, src: bool = False, tgt: str 
 
     def build(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
         made = {n: rng.standard_normal((sizes.B, getattr(sizes, T), cfg.d_model)) for n, T in floats.items()}
-        padded = bool(floats) or cfg.pad_id is not None
+        padded = bool(floats) or cfg.pad_id is not None and sizes.pads
         kept = {"src": keep(sizes.B, sizes.T_K, n_pad=2 * padded) if src else None}
         kept["tgt"] = keep(sizes.B, getattr(sizes, tgt), 2, int(padded)) if tgt is not None else None
         vocab = {"src": cfg.src_vocab_size, "tgt": cfg.tgt_vocab_size}

@@ -237,7 +237,7 @@ def model_runner(model_class, *inputs: str):
     def run(params: dict, p: Probe, cfg, dtype):
         model = model_class(cfg, dtype=dtype).eval()
         model.load_state_dict(params)
-        out = model.forward(*(p.ids[n] for n in inputs))
+        out = model.forward(*(p.ids[n] for n in inputs), *([p.ids["types"]] if "types" in p.ids else []))
         out = model.mlm_logits(out) if cfg.mlm_head else out  # an encoder's masked-LM head: its logits
 
         def backward(dout):

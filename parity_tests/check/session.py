@@ -154,7 +154,9 @@ def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: in
     if mapped is not None and is_module:  # a given map: every name it holds exists, every size agrees
         tensors = dict(user.named_parameters(remove_duplicate=False)) | dict(user.named_buffers())
         WM.refuse_unknown(model.links, model.zero, params, tensors, level)
-    probes = probes_at(entry, model.cfg, seed, sizes or probe_sizes(user, level, **conventions))
+    sizes = sizes or probe_sizes(user, level, **conventions)
+    sizes = unpadded(user, level, found, model.cfg.pad_id, sizes, **conventions)
+    probes = probes_at(entry, model.cfg, seed, sizes, found.flow, model)
     rope = rope_options(entry, model, stated(given), found.flow)
     head = output_head(user, model.links) if is_module and entry.group == "model" else None
     return Check(
@@ -164,17 +166,28 @@ def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: in
     )  # fmt: skip
 
 
-def probes_at(entry: LV.Level, cfg, seed: int, sizes: PR.Sizes) -> dict:
+def probes_at(entry: LV.Level, cfg, seed: int, sizes: PR.Sizes, flow=None, model: Model | None = None) -> dict:
     """The level's probes at `sizes`, by (self_attention, causal); each padded one also without the keys' padding
-    (key + ("unpadded",)), for a caller that passes no mask (probe_of)."""
+    (key + ("unpadded",)), for a caller that passes no mask (probe_of); a model's token types read at an input of its
+    own (`types`: as the recorded `flow` read them, shaped as the ids) carried to the reference."""
     probes = {}
     for key in [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else []):
-        p = probes[key] = entry.probe(cfg, np.random.default_rng(seed + 1), *key, sizes=sizes)
+        p = probes[key] = _typed(entry.probe(cfg, np.random.default_rng(seed + 1), *key, sizes=sizes), flow, model)
         if p.src_keep is not None:
             probes[key + ("unpadded",)] = dataclasses.replace(
                 p, src_keep=None, valid=None if p.valid is p.src_keep else p.valid
             )
     return probes
+
+
+def _typed(p: PR.Probe, flow, model: Model | None) -> PR.Probe:
+    """`p` with the ids the user's token-type table read (`flow.read_at`) as "types" where they are the ids' shape."""
+    links = model.links if model is not None and flow is not None else []
+    table = next((k.user for k in links if k.parts[0][0].endswith("token_type_embedding.weight")), None)
+    types = flow.read_at.get(table) if table else None
+    if types is None or "ids" not in p.ids or types.shape != p.ids["ids"].shape:
+        return p
+    return dataclasses.replace(p, ids=p.ids | {"types": types})
 
 
 def probe_of(check: Check, caller) -> LV.Probe:
@@ -338,6 +351,20 @@ def latent_layouts(model: Model) -> list:
     pairs = "interleaved pairs (2i, 2i + 1) on the rotary part, as DeepSeek's code (the reference's)"
     halves_read = "halves (i, i + R/2) on the rotary part, as rotate_half: its q and k rows read in that order"
     return [Layout(links, pairs), Layout([reordered(x) for x in links], halves_read)]
+
+
+def unpadded(user, level: str, found: MP.Structure, pad, sizes: PR.Sizes, example=None, **_) -> PR.Sizes:
+    """`sizes` padding no ids where a table's padding_idx says the `pad` id (judge.no_pad_token reads the others),
+    the `example` holds no `pad` in its integer tensors, passes no mask and the forward, called as it calls it, hides
+    no key at a pad id: a model the example shows run without padding."""
+    said = any(t.padding_idx == pad for t in found.tables) and pad is not None
+    if example is None or not said or LV.LEVELS[level].group != "model":
+        return sizes
+    tensors = [(n, v) for _, n, v in C._slots(user, example) if isinstance(v, torch.Tensor)]
+    masked = any("mask" in n.lower() or v.dtype == torch.bool for n, v in tensors)
+    if masked or any(not v.is_floating_point() and bool((v == pad).any()) for _, v in tensors):
+        return sizes
+    return sizes if hides_id(user, level, found.tables, pad, example) else dataclasses.replace(sizes, pads=False)
 
 
 def probe_sizes(user, level: str, example=None, batch_first=None, **_) -> PR.Sizes:

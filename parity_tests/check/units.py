@@ -14,6 +14,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from numpy_transformer import TransformerConfig
 
 from . import dataflow as DF
@@ -135,11 +137,19 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
     units = Units(D, H, F, H * Dh or D, Dh, norms=list(norms))
     units.token_tables = [t for t in tables if not t.position and t.width == D]
     units.position_tables = [t for t in tables if t.position and t.width == D]
-    types = [t for t in units.token_tables if flow is not None and t.name in flow.constant_lookups]
+    types = [t for t in units.token_tables if flow is not None and _typed(flow, t.name, units.token_tables[0])]
     if entry.group == "model" and entry.encoder_only and len(types) == 1 and len(units.token_tables) > 1:
         units.type_table = types[0]
         units.token_tables.remove(types[0])
     return units, fields
+
+
+def _typed(flow, table: str, first) -> bool:
+    """Whether `table` reads token types beside the ids `first` (the first token table) reads: one id everywhere
+    (BERT's), or ids of the same shape from another input (Graphormer's degrees)."""
+    ids, own = flow.read_at.get(first.name), flow.read_at.get(table)
+    other = ids is not None and own is not None and own.shape == ids.shape and not np.array_equal(own, ids)
+    return table in flow.constant_lookups or other
 
 
 def _input_width(flow, by: dict, weight: str) -> int:

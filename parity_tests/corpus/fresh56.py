@@ -64,8 +64,9 @@ Fixed since: the first encoder layer's attention reading the stream itself is re
 levels as at a model's (``first_attn_norm=False``, one norm fewer, shown in the config; the reference's stack hands
 each layer its index); a table read at the ids plus an offset per position (``categories_offset``) is said at the
 add; the states read at fewer positions than they hold by an index tensor (``x[:, keep]``) are said where they are
-read, on the example's own call. Left: the degrees-only Graphormer (its degree table as token types read at a
-second integer input, and no position table, both need the reference's probe to carry them).
+read, on the example's own call. A second table read at ids of another input (the Graphormer's degrees) is the
+token-type table, the ids it read carried to the reference's ``token_type_ids``; a model whose example pads nothing
+and passes no mask, and whose forward masks no pad id, is probed without padding (its ``padding_idx`` kept).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
