@@ -412,7 +412,7 @@ class _Computing(TorchFunctionMode):
         computed = {id(module.get_parameter(n)) for n in getattr(module, "computed_names", [])}
         vectors = [p for p in module.parameters() if id(p) not in computed]  # the vectors sliced, not their views
         self.views: dict | None = {id(p): p for p in vectors} if vector else None
-        self.unnamed: dict = {}  # id(a held view) -> its k, till an op reads it (_named)
+        self.unnamed: dict = {}  # id(a held view) -> (its k, it), till an op reads it (_named)
         self.paths, self.path = {id(m): p for p, m in module.named_modules()} if grown or vector else {}, [""]
         self.hooks: list = []
         self.products: dict[int, tuple] = {}  # id(a product's output) -> (it, the computed weight's k, the op)
@@ -487,7 +487,7 @@ class _Computing(TorchFunctionMode):
         """The held tensors an op reads named as its weight and bias (`w<k>_weight`, `w<k>_bias`: a linear's or a
         norm's pair, k the first's), where it is the first op reading them."""
         roles = type(self.module).roles  # type: ignore[attr-defined]
-        unnamed = [self.unnamed.pop(id(t)) for t in read if id(t) in self.unnamed]
+        unnamed = [self.unnamed.pop(id(t))[0] for t in read if id(t) in self.unnamed]
         for k, role in zip(unnamed, ("weight", "bias"), strict=False):
             roles[k] = f"w{unnamed[0]}_{role}"
 
@@ -507,7 +507,7 @@ class _Computing(TorchFunctionMode):
             return self.module.get_parameter(names[k])
         type(self.module).seen[k] = t.detach().clone()  # type: ignore[attr-defined]
         type(self.module).places[k] = self.path[-1]  # type: ignore[attr-defined]
-        self.unnamed[id(t)] = k
+        self.unnamed[id(t)] = (k, t)  # t kept: its id not taken by another tensor
         return t
 
     def _scaled(self, a, b):
