@@ -409,7 +409,7 @@ class _Computing(TorchFunctionMode):
         held = [*module.parameters(recurse=grown or vector), *module.buffers(recurse=grown or vector)]
         self.pure = {id(t): t for t in held}
         self.grown: set | None = set() if grown else None
-        computed = {id(module.get_parameter(n)) for n in getattr(module, "computed_names", [])}
+        computed = {id(module.get_parameter(n)) for n in getattr(module, "computed_names", [])} if vector else set()
         vectors = [p for p in module.parameters() if id(p) not in computed]  # the vectors sliced, not their views
         self.views: dict | None = {id(p): p for p in vectors} if vector else None
         self.unnamed: dict = {}  # id(a held view) -> (its k, it), till an op reads it (_named)
@@ -448,7 +448,7 @@ class _Computing(TorchFunctionMode):
         if name in PRODUCTS:
             args, kwargs = tree_map(self._weight, (args, kwargs))
         elif name in MULS and len(args) == 2 and sum(id(t) in self.pure for t in args if torch.is_tensor(t)) == 1:
-            args = tuple(self._weight(t, 1) if t.ndim == 1 else t for t in args)  # x * exp(log_w): one per feature
+            args = tuple(self._weight(t, 1) if torch.is_tensor(t) and t.ndim == 1 else t for t in args)  # x * exp(w)
         out = func(*args, **kwargs)
         if self.used is not None and isinstance(out, torch.Tensor):
             self.products[id(out)] = (out, self.used, name)
