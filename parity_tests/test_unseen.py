@@ -390,10 +390,6 @@ SLOW |= {c[0] for c in fresh54.CASES} - {  # fresh54: a case of each class by de
     "f54_bitnet.off.kv_tiled_second_layer",
     "f54_rwkv",
 }
-TODAY |= {  # fresh55: parameters stored and reached in unusual ways, as first met
-    "f55_flat_gpt": "could not judge: cannot tell d_model; pass d_model= (given, no token table left)",
-    "f55_flat_gpt.wrong_scale_second_block": "could not judge: cannot tell d_model; pass d_model=",
-}
 SLOW |= {c[0] for c in fresh55.CASES} - {  # fresh55: a case of each class by default
     "f55_weightnorm_llama",
     "f55_half_gpt.not_causal_second_block",

@@ -982,7 +982,7 @@ def _uses(flow: Flow) -> None:
     for table in indexed & weights:
         flow.positions.pop(table, None)
         flow.constant_lookups.discard(table)
-    flow.lookups = (indexed | embedded) - weights
+    flow.lookups = (indexed - weights) | embedded  # F.embedding's table read by a product too: a head tied to it
 
 
 def _attention_args(name: str, args: tuple, kwargs: dict):

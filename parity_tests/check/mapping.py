@@ -340,11 +340,13 @@ def _shifts_as_added(found: Structure, flow, named: dict, loose: set) -> None:
 
 
 def _indexed(found: Structure, module: nn.Module, flow) -> None:
-    """The parameters the forward indexes by rows, tables: a 2-D one, or one of 3 axes with two over 1."""
-    for piece in [p for p in found.pieces if p.transposed and p.weight in flow.lookups]:  # indexed: a table
+    """The parameters the forward indexes by rows, tables: a 2-D one (F.linear's weight too: a head tied to it), or
+    one of 3 axes with two over 1."""
+    for piece in [p for p in found.pieces if p.weight in flow.lookups]:  # indexed: a table
         found.pieces.remove(piece)
         trainable = module.get_parameter(piece.weight).requires_grad
-        found.tables.append(Table(piece.weight, piece.in_features, piece.out_features, trainable, False))
+        rows, width = (piece.in_features, piece.out_features)[:: 1 if piece.transposed else -1]
+        found.tables.append(Table(piece.weight, rows, width, trainable, False))
     tensors = dict(module.named_parameters())  # a (1, T, D) or (T, 1, D) parameter indexed by rows: a table too
     for name in sorted(flow.lookups - {t.name for t in found.tables} - {p.weight for p in found.pieces}):
         sizes = [s for s in tensors[name].shape if s > 1] if name in tensors else []

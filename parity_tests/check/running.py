@@ -329,21 +329,30 @@ def computing(user, grown: bool = False):
     their scales) or a parameter (a norm's log_w) with each such module's forward run under _Computing: a weight it
     computes (`qweight.to(x.dtype) * scale`, `exp(log_w)`) is kept as the forward computes it, and read from the
     parameter computed_weights gives it. `grown` (the recording shows a weight a product made from parameters alone:
-    dataflow.generated): the whole forward run so too, each such weight (a hypernetwork's) the module's own."""
-    if not isinstance(user, nn.Module) or not grown and not any(map(_computes, user.modules())):
+    dataflow.generated): the whole forward run so too, each such weight (a hypernetwork's) the module's own. A module
+    whose parameters are all vectors (one flat vector sliced into views, `flat[a:b].view(d_out, d_in)`): the whole
+    forward run so, each view of them that an op other than a view reads, a parameter of the submodule running it."""
+    vector = isinstance(user, nn.Module) and vectors(user)
+    if not isinstance(user, nn.Module) or not grown and not vector and not any(map(_computes, user.modules())):
         return user
     model = copy_module(user)
-    for m in (m for m in model.modules() if _computes(m) or grown and m is model):
+    for m in (m for m in model.modules() if _computes(m) or (grown or vector) and m is model):
         cls = type(m)
 
         @functools.wraps(cls.forward)  # its signature the user's (calling.py reads it)
-        def forward(self, *args, cls=cls, whole=grown and m is model, **kwargs):
-            with _Computing(self, grown=whole):
+        def forward(self, *args, cls=cls, whole=grown and m is model, sliced=vector and m is model, **kwargs):
+            with _Computing(self, grown=whole, vector=sliced):
                 return cls.forward(self, *args, **kwargs)
 
-        kept = {"forward": forward, "seen": {}, "places": {}, "__module__": cls.__module__}
+        kept = {"forward": forward, "seen": {}, "places": {}, "roles": {}, "__module__": cls.__module__}
         m.__class__ = type(cls.__name__, (cls,), kept)
     return model
+
+
+def vectors(user: nn.Module) -> bool:
+    """Whether `user` holds parameters and none of 2+ axes (its matrices are views of a vector: a flat one's)."""
+    params = [*user.parameters()]
+    return bool(params) and all(p.ndim < 2 for p in params) and bool(user._modules)
 
 
 def _computes(m: nn.Module) -> bool:
@@ -366,7 +375,7 @@ def computed_weights(model) -> tuple:
         for k in sorted(seen):  # in the dtype the product read it in (the run's), whatever its scales are stored in
             place = type(m).places.get(k, "")  # type: ignore[attr-defined]  # the submodule whose product reads it
             owner = m.get_submodule(place)
-            name = "weight" if not hasattr(owner, "weight") else f"weight_computed{k}"
+            name = type(m).roles.get(k) or ("weight" if not hasattr(owner, "weight") else f"weight_computed{k}")  # type: ignore[attr-defined]
             owner.register_parameter(name, nn.Parameter(seen[k]))
             m.computed_names = [*getattr(m, "computed_names", []), f"{place}.{name}".lstrip(".")]
             names.append(f"{path}.{m.computed_names[-1]}".lstrip("."))
@@ -375,6 +384,8 @@ def computed_weights(model) -> tuple:
     listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
     grown = any(getattr(type(m), "places", {}).get(k) for m in model.modules() for k in getattr(type(m), "seen", {}))
     generated = "; those a product makes from parameters (a hypernetwork's) are compared in place of those parameters"
+    if any(getattr(type(m), "roles", {}) for m in model.modules()):  # views of a vector read as weights
+        generated = "; views of a vector the module holds (a flat one's slices) are compared in place of the vector"
     return model, [
         f"judged on the weights the forward computes from the module's own tensors ({listed}), each a parameter "
         "holding the value it is computed at: their gradients are compared; the tensors they are computed from "
@@ -392,19 +403,23 @@ class _Computing(TorchFunctionMode):
     it is folded into that weight (_scaled). `grown`: the tensors computed from all the module's parameters and
     buffers, its submodules' too, and of those only the ones a product took part in (a hypernetwork's weights)."""
 
-    def __init__(self, module: nn.Module, grown: bool = False):
+    def __init__(self, module: nn.Module, grown: bool = False, vector: bool = False):
         super().__init__()
         self.module, self.k, self.computed, self.used = module, 0, set(), None
-        held = [*module.parameters(recurse=grown), *module.buffers(recurse=grown)]
+        held = [*module.parameters(recurse=grown or vector), *module.buffers(recurse=grown or vector)]
         self.pure = {id(t): t for t in held}
         self.grown: set | None = set() if grown else None
-        self.paths, self.path = {id(m): p for p, m in module.named_modules()} if grown else {}, [""]
+        computed = {id(module.get_parameter(n)) for n in getattr(module, "computed_names", [])} if vector else set()
+        vectors = [p for p in module.parameters() if id(p) not in computed]  # the vectors sliced, not their views
+        self.views: dict | None = {id(p): p for p in vectors} if vector else None
+        self.unnamed: dict = {}  # id(a held view) -> (its k, it), till an op reads it (_named)
+        self.paths, self.path = {id(m): p for p, m in module.named_modules()} if grown or vector else {}, [""]
         self.hooks: list = []
         self.products: dict[int, tuple] = {}  # id(a product's output) -> (it, the computed weight's k, the op)
 
     def __enter__(self):
         """The submodule running each op followed (`path`) where the module's submodules' products are read too."""
-        if self.grown is not None:
+        if self.paths:
             self.hooks = [
                 nn.modules.module.register_module_forward_pre_hook(self._enter_module),
                 nn.modules.module.register_module_forward_hook(self._leave_module),
@@ -425,6 +440,8 @@ class _Computing(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if self.views is not None:
+            return self._sliced(func, name, args, kwargs)
         if name in MULS and len(args) == 2 and not kwargs and (done := self._scaled(*args)) is not None:
             return done
         self.used = None
@@ -448,17 +465,49 @@ class _Computing(TorchFunctionMode):
                     self.grown.add(id(o))
         return out
 
+    def _sliced(self, func, name: str, args, kwargs):
+        """An op of a module whose parameters are vectors: a view of them is followed while it has one axis and held
+        (_held) once it has more (`flat[a:b].view(d_out, d_in)`) or once an op other than a view reads it (a gain,
+        a bias); a parameter itself read so is left as it is."""
+        views = self.views if self.views is not None else {}
+        sliced = lambda t: isinstance(t, torch.Tensor) and id(t) in views and not isinstance(t, nn.Parameter)  # noqa: E731
+        if name not in VIEWS or not args or not isinstance(args[0], torch.Tensor) or id(args[0]) not in views:
+            args, kwargs = tree_map(lambda t: self._held(t) if sliced(t) else t, (args, kwargs))
+            self._named([t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)])
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if not isinstance(out, torch.Tensor):
+            return out
+        if out.ndim >= 2:
+            return self._held(out)
+        views[id(out)] = out
+        return out
+
+    def _named(self, read: list) -> None:
+        """The held tensors an op reads named as its weight and bias (`w<k>_weight`, `w<k>_bias`: a linear's or a
+        norm's pair, k the first's), where it is the first op reading them."""
+        roles = type(self.module).roles  # type: ignore[attr-defined]
+        unnamed = [self.unnamed.pop(id(t))[0] for t in read if id(t) in self.unnamed]
+        for k, role in zip(unnamed, ("weight", "bias"), strict=False):
+            roles[k] = f"w{unnamed[0]}_{role}"
+
     def _weight(self, t, least: int = 2):
         if not isinstance(t, torch.Tensor) or id(t) not in self.computed or t.ndim < least:
             return t
         if self.grown is not None and id(t) not in self.grown:
             return t
+        return self._held(t)
+
+    def _held(self, t):
+        """The module's next computed weight: its parameter where computed_weights registered one, else `t` kept
+        (its class's `seen`) with the submodule running it (`places`)."""
         k, self.k, names = self.k, self.k + 1, getattr(self.module, "computed_names", [])
         self.used = k
         if k < len(names):
             return self.module.get_parameter(names[k])
         type(self.module).seen[k] = t.detach().clone()  # type: ignore[attr-defined]
         type(self.module).places[k] = self.path[-1]  # type: ignore[attr-defined]
+        self.unnamed[id(t)] = (k, t)  # t kept: its id not taken by another tensor
         return t
 
     def _scaled(self, a, b):

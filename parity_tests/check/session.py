@@ -26,7 +26,7 @@ from . import reference as R
 from . import tables as TB
 from . import units as U
 from . import weight_map as WM
-from .running import Float32Islands, copy_module, find_islands, lifted, output_head
+from .running import Float32Islands, copy_module, find_islands, lifted, output_head, vectors
 
 TORCH = {np.float64: torch.float64, np.float32: torch.float32}
 # the activations searched, in order, for a gated feed-forward (SwiGLU's silu first) and for a plain one
@@ -417,8 +417,12 @@ def recording(user, level: str, given: dict, seed: int, sizes=None, **convention
 
 def _matrices(user: nn.Module) -> list:
     """Where no parameter is a table by its module or name, each 2-D one as a table the ids may index (a raw
-    parameter read by F.embedding): the recording's ids fit the fewest rows among them; the flow then says which."""
+    parameter read by F.embedding): the recording's ids fit the fewest rows among them; the flow then says which.
+    Where all are vectors (running.vectors: a flat vector's views), ids of two rows: the forward runs once so, its
+    views held as parameters (running.computing), and is recorded again on their tables."""
     matrices = [(n, p) for n, p in user.named_parameters() if p.ndim == 2]
+    if not matrices and vectors(user):
+        return [MP.Table("", 2, 1, True, False)]
     return [MP.Table(n, p.shape[0], p.shape[1], p.requires_grad, False) for n, p in matrices]
 
 

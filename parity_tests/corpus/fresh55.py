@@ -70,12 +70,21 @@ parameter held in a container no code calls (the MAML Llama's fast weights) is j
 runs, and so is a Parameter object one layer shares with another (the ALBERT-like Llama's second layer is its own
 module, its mask judged there); a layer's norms written in its forward are tried with the catalogue's variants in
 place, each alone and then all together (the ParameterList Llama's eps); a module holding no parameters is said to
-hold none. Left: the flat GPT (one vector sliced into views: no view is a parameter the weight map can name).
+hold none. Left after that: the flat GPT (one vector sliced into views: no view is a parameter the weight map can
+name).
 
 Fixed since (the hypernetwork Llama): where the recording shows a product reading a weight that another product made
 from parameters alone, the whole forward is run again with each such weight held as a parameter of the submodule
 whose product reads it, at the value it is generated at (running.computing, grown): the model is judged as the
 ordinary Llama of its generated weights, their gradients compared in place of the generator's.
+
+Fixed since (the flat GPT): a module whose parameters are all vectors is recorded once on ids of two rows, the
+whole forward followed: each view of a vector that gains a second axis (`flat[a:b].view(d_out, d_in)`), or that an
+op other than a view reads (a gain, a bias), is held as a parameter of the submodule running it, at its value, named
+as the op reading it first takes it (a linear's or a norm's weight and bias); the forward is recorded again on those
+and the judge reads them as any model's (running.computing). F.embedding's table that a product also reads is the
+token table with the head tied to it. Both flat GPT cases are right: the pass, and the wrong scale at
+`blocks.1.attn`. Left: none of this corpus's cases.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
