@@ -395,8 +395,6 @@ SLOW |= {c[0] for c in fresh55.CASES} - {  # fresh55: a case of each class by de
     "f55_half_gpt.not_causal_second_block",
     "f55_dict_of_tensors_llama",
 }
-TODAY |= {  # fresh56: what the judge says today where it is wrong
-}
 SLOW |= {c[0] for c in fresh56.CASES} - {  # fresh56: a case of each class by default
     "f56_ft.backbone.all_norms",
     "f56_tab.encoder.wrong_scale_second_layer",
