@@ -418,7 +418,7 @@ def _t5(rec, node, term, value) -> tuple | str | None:
         return f"{table} scaled by {c:.4g} with the scores it is added to (the reference adds it after the scale)"
     both = bool(seen.triu(1).any())
     fits = [m for m in range(n // (2 + 2 * both) + 1, 1025) if _same(ids, seen, (n, m, both))]
-    causal = [m for m in range(n // 2 + 1, 1025) if both and _same(ids, seen, (n, m, False))]
+    causal = [] if fits or not both else [m for m in range(n // 2 + 1, 1025) if _same(ids, seen, (n, m, False))]
     if fits or causal:  # causal buckets with keys after the query read (at bucket 0): the reference's, unmasked
         return table, n, fits or causal, both and not causal
     if not both and any(_same(ids, seen, (n, m, True)) for m in range(n // 4 + 1, 1025)):
