@@ -771,8 +771,30 @@ def latest_divergence(check, choice):
                 scored.append((-found.agree, found.error, len(scored), trial, found))
     scored.sort(key=lambda s: s[:3])
     tied = [s for s in scored if s[0] == scored[0][0]]
-    explains = (trial for *_, trial, found in tied if found.stage is not None and explained(check, trial, found)[1])
-    return next(explains, tied[0][3])
+    searched: set = set()
+
+    def explains(trial, found) -> bool:
+        key = _searched_on(trial, found)
+        if found.stage is None or key in searched:  # a search of the same inputs explained nothing before
+            return False
+        searched.add(key)
+        return bool(explained(check, trial, found)[1])
+
+    return next((trial for *_, trial, found in tied if explains(trial, found)), tied[0][3])
+
+
+def _searched_on(trial, found) -> tuple:
+    """What the catalogue's search at an attention divergence reads: the weight map, the caller, the stage's inputs,
+    the user's output there and the config but for what acts only outside the attention (the activation; the
+    embeddings' scale, already in the inputs). Tied trials that differ in those alone search the same (a mistake in
+    the first attention ties every activation); other stages are searched for each trial."""
+    stage = found.stage
+    if stage is None or stage.kind != "attention":
+        return (id(trial),)
+    cfg = {k: v for k, v in vars(trial.cfg).items() if k not in ("activation", "scale_embeddings")}
+    arrays = [*stage.inputs, found.user]
+    held = tuple(a.tobytes() if isinstance(a, np.ndarray) else repr(a) for a in arrays)
+    return (id(trial.layout), id(trial.caller), id(trial.probe), stage.unit, repr(cfg), held)
 
 
 def _multiplied_at(flow, tables: list) -> str:

@@ -9,6 +9,7 @@ than 1.702 is a catalogued mistake instead (activation.quick_gelu_constant): exp
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -417,22 +418,30 @@ def _t5(rec, node, term, value) -> tuple | str | None:
     if abs(c - 1) > 1e-9:
         return f"{table} scaled by {c:.4g} with the scores it is added to (the reference adds it after the scale)"
     both = bool(seen.triu(1).any())
-    fits = [m for m in range(n // (2 + 2 * both) + 1, 1025) if _same(ids, seen, (n, m, both))]
-    causal = [] if fits or not both else [m for m in range(n // 2 + 1, 1025) if _same(ids, seen, (n, m, False))]
+    fits = _fitting(ids, seen, n, both)
+    causal = [] if fits or not both else _fitting(ids, seen, n, False)
     if fits or causal:  # causal buckets with keys after the query read (at bucket 0): the reference's, unmasked
         return table, n, fits or causal, both and not causal
-    if not both and any(_same(ids, seen, (n, m, True)) for m in range(n // 4 + 1, 1025)):
+    if not both and _fitting(ids, seen, n, True):
         return f"{table} read at bidirectional buckets (an encoder's) in a causal attention"
     q = 0 if both else T - 1  # a query whose keys show the buckets read: all after it, or all before
     row = ", ".join(f"{j - q}: {int(b)}" for j, b in enumerate(ids[q].tolist()))
     return f"{table} read at buckets none of T5's log-spaced ones (key - query: bucket, for query {q}: {row})"
 
 
-def _same(ids, seen, rel: tuple) -> bool:
-    """Whether T5's buckets `rel` (n_buckets, max_distance, bidirectional) are `ids` on the pairs `seen`."""
-    T, S = seen.shape
-    ref = torch.as_tensor(relative_buckets(rel, np.arange(T), np.arange(S)))
-    return bool((ref == ids)[seen].all())
+def _fitting(ids: torch.Tensor, seen: torch.Tensor, n: int, both: bool) -> list[int]:
+    """The max_distances, n / 2 (n / 4 bidirectional) + 1 to 1024, whose T5 buckets of n (bidirectional: `both`) are
+    `ids` on the pairs `seen`."""
+    distances, buckets = _buckets(n, both, *seen.shape)
+    return distances[(buckets == ids.numpy())[:, seen.numpy()].all(1)].tolist()
+
+
+@functools.lru_cache(maxsize=32)
+def _buckets(n: int, both: bool, T: int, S: int) -> tuple[np.ndarray, np.ndarray]:
+    """(max_distances, T5's buckets (M, T, S) at each): computed once for every lookup of one shape."""
+    distances = np.arange(n // (2 + 2 * both) + 1, 1025)
+    at = [relative_buckets((n, int(m), both), np.arange(T), np.arange(S)) for m in distances]
+    return distances, np.stack(at)
 
 
 def _causal(values: list) -> bool:
