@@ -1,7 +1,68 @@
 """Set-based and detection transformers as 2025-26 learners write them from the papers (issue 46, round 57), in this
 project's own words. The judge meets them here first (measured with the judge frozen).
 
-DOCSTRING-TODO
+- DETR (Carion et al. 2020) as its code writes it: sequence-first (T, B, D) post-norm layers of
+  ``nn.MultiheadAttention`` whose ``forward(src, src_mask=None, src_key_padding_mask=None, pos=None)`` adds the 2D
+  sine positions to the queries and keys only (``q = k = with_pos_embed(src, pos)``, ``value=src``); decoder layers
+  adding the learned object queries' ``query_pos`` to the self-attention's queries and keys and the cross-attention's
+  queries, the memory's ``pos`` to the cross-attention's keys only; the encoder (no final norm) and the decoder
+  (``return_intermediate=False``, its own final LayerNorm), each with ``pos=None`` (the plain post-norm layer) and,
+  for the layers, on DETR's call with the positions given;
+- the same written by hand, batch-first (``forward(src, pos=None)``, ``forward(tgt, memory, tgt_mask=None, pos=None,
+  query_pos=None)``), with mistakes in the second layer: scores over d_head, the positions added to the values too
+  (``q = k = v = src + pos``), the cross-attention's residual left out; and a layer whose ``pos`` is required;
+- the Set Transformer (Lee et al. 2019) from the paper: MAB(X, Y) = LN(H + rFF(H)), H = LN(X + Multihead(X, Y, Y)),
+  SAB(X) = MAB(X, X) with rFF Linear, ReLU, Linear (and with the authors' code's ``relu(fc_o(O))``, one Linear),
+  two SABs of hand-written attention (the softmax over the queries and the attention's residual left out in the
+  second), ISAB with 3 learned inducing points ``I``, a whole model of two SABs, PMA with 2 seed vectors ``S`` (MAB(S,
+  rFF(Z))), a SAB and a Linear;
+- Slot Attention (Locatello et al. 2020): the attention step ``forward(slots, inputs)`` (one head, no output
+  projection, the softmax over the slots, ``+ eps``, each slot's weights renormalised over the inputs: a weighted
+  mean), and the module (inputs normed, 4 learned initial slots, three iterations, a GRUCell, a residual MLP).
+
+Expected verdicts decided from the math (a float64 check not committed): DETR's encoder layer with ``pos=None`` equals
+a head-by-head rewrite to 9e-16 and torch's ``nn.TransformerEncoderLayer`` (post-norm, ReLU) given its state dict to
+9e-16, so the layer and its stack pass; with the positions given it equals the rewrite with ``src + pos`` read by q
+and k only to 7e-16, and differs from the pos-free layer on ``src`` (0.43) and on ``src + pos`` (1.9): the reference
+adds positions once, to the embeddings, never to one attention's q and k, so no pair at ``self_attn``. DETR's decoder
+layer equals ``nn.TransformerDecoderLayer`` given the causal ``tgt_mask`` to 9e-16: a pass at the layer and the stack
+(the decoder's final LayerNorm is the reference's final norm); on DETR's own call (``query_pos`` given, no target
+mask) the first departure is the query positions added in the self-attention: no pair there. The hand attention
+equals the rewrite to 0; its scores over d_head = 8 are ``attention.wrong_scale`` (c = 8, not sqrt 8) and its softmax
+along dim -2 is the catalogue's ``attention.softmax_wrong_axis`` exactly (no mask). The positions on the values of the
+second layer are behind the first layer's positions on q and k, which run first: no pair at ``layers.0.self_attn``. A
+missing residual has no catalogue id: no pair at the layer. The SAB with a two-Linear ReLU rFF is the reference's
+post-norm encoder layer (equal to torch's given its weights, to 0): a pass, and so is the stack; with the authors'
+one-Linear rFF (relu(W h + b), no second projection) it is math the reference lacks: no pair at ``mab.rff``. ISAB's
+first attention and PMA's read queries from learned rows (``I``, ``dec.0.S``), no input: no pair at the module holding
+them. Slot Attention's step: the softmax over the slots is ``attention.softmax_wrong_axis``'s shape, but the weights
+are then renormalised over the inputs, which the catalogue's variant does not do (they differ by 0.43; by 0.06 from
+the softmax over the keys): no pair at the module (a ``multi_head_attention`` of one head, judged on the slots and the
+inputs). The whole module's first departure is its queries, the learned ``slots_mu``: no pair at the module.
+
+First met: 9 of 20 right (f57_detr.pos_required's words, first "pos", set to "pass call=" after the run: the class and
+the advice are right, the message does not name the argument). Wrong:
+
+- f57_detr.encoder_layer and f57_detr.encoder: FAILED with no id and no op, "unexplained: self_attn ... diverges":
+  DETR's (T, B, D) read as ``batch_first=True`` and "mask=none (the module takes no mask)" (the same with a batch of
+  3); DETR's decoder stack, sequence-first too, passes;
+- f57_detr.encoder_layer.pos and f57_detr.decoder_layer.query_pos: "could not judge: the module's forward could not be
+  recorded ... (its forward raised RuntimeError: The size of tensor a (3) must match the size of tensor b (2) at
+  non-singleton dimension 1)": the example's (T, B, D) positions not widened to the probe's batch;
+- f57_detr.decoder_layer: ``attention.not_causal`` at self_attn, "mask=none (the module takes no mask)": the layer's
+  ``tgt_mask`` is never given;
+- f57_detr.hand_encoder.pos_on_values_second_layer: FAILED with no id and no op ("unexplained: layers.0.self_attn
+  ... not expressible by the config"): the right place, no op said;
+- f57_detr.hand_decoder.no_residual_second_layer: "differs at layers.1.ffn.1: the activation computes an element-wise
+  function (its ops: relu) none of the reference's activations is ()": the right layer's feed-forward, not the
+  missing residual;
+- f57_sab.authors_rff: "could not judge: no feed-forward block in the module's layers (attention alone: mab.attn)";
+- f57_isab: "could not judge: found 2 attentions in the module, the reference 'encoder_layer' has 1 ...; pass
+  mapping=";
+- f57_set_transformer: "could not judge: the module's output has shape (2, 6, 32), the reference's (3, 6, 32); pass
+  call=";
+- f57_slot.step: "could not judge: the example passes 2 input tensor(s); the reference 'multi_head_attention' takes
+  ['query', 'key', 'value']" (``forward(slots, inputs)`` not read as a cross-attention with key = value).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
