@@ -34,11 +34,14 @@ second layer are behind the first layer's positions on q and k, which run first:
 missing residual has no catalogue id: no pair at the layer. The SAB with a two-Linear ReLU rFF is the reference's
 post-norm encoder layer (equal to torch's given its weights, to 0): a pass, and so is the stack; with the authors'
 one-Linear rFF (relu(W h + b), no second projection) it is math the reference lacks: no pair at ``mab.rff``. ISAB's
-first attention and PMA's read queries from learned rows (``I``, ``dec.0.S``), no input: no pair at the module holding
-them. Slot Attention's step: the softmax over the slots is ``attention.softmax_wrong_axis``'s shape, but the weights
-are then renormalised over the inputs, which the catalogue's variant does not do (they differ by 0.43; by 0.06 from
-the softmax over the keys): no pair at the module (a ``multi_head_attention`` of one head, judged on the slots and the
-inputs). The whole module's first departure is its queries, the learned ``slots_mu``: no pair at the module.
+first attention reads its queries from learned rows (``I``), no input: no pair at the module holding them. In the
+whole Set Transformer the two SABs are the reference's two layers; the PMA then first runs its rFF on the encoder's
+output (a feed-forward with no residual and no norm, before the seeds ``S`` are read): no pair at ``dec.0``, naming
+``dec.0.rff`` (first written as the seeds' rows, put right after the run: the rFF runs first). Slot Attention's step:
+the softmax over the slots is ``attention.softmax_wrong_axis``'s shape, but the weights are then renormalised over the
+inputs, which the catalogue's variant does not do (they differ by 0.43; by 0.06 from the softmax over the keys): no pair
+at the module (a ``multi_head_attention`` of one head, judged on the slots and the inputs). The whole module's first
+departure is its queries, the learned ``slots_mu``: no pair at the module.
 
 First met: 9 of 20 right (f57_detr.pos_required's words, first "pos", set to "pass call=" after the run: the class and
 the advice are right, the message does not name the argument). Wrong:
@@ -581,7 +584,7 @@ CASES = [
         set_transformer,
         "encoder_stack",
         {"example": set_example()},
-        ("no pair", "dec.0", "learned rows of dec.0.S"),
+        ("no pair", "dec.0", "dec.0.rff"),
     ),
     (
         "f57_slot.step",
