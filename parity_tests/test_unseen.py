@@ -415,6 +415,8 @@ TODAY.update(
         " reference 'transformer_lm' has 8; pass mapping= (two shared experts summed)",
         "f60_deepseek_v3": "differs at lm_head: every part agrees in situ, the output departs after the last: linear in"
         " lm_head (output_bias=True assumed for a head without bias)",
+        "f60_deepseek_v3.bias_weighs": "FAILED with no id and no op: 'unexplained: (the module)': not expressible by"
+        " the config and no catalogue variant reproduces it",
     }
 )
 SLOW |= {c[0] for c in fresh60.CASES} - {  # fresh60: a case of each class by default
