@@ -18,8 +18,8 @@ attention, RMSNorm, pre-norm layers) whose feed-forward is a routed block:
   combine softmax over the slots), one expert per group of slots;
 - a Mixtral-style router written two ways: top-2 of the logits then softmax over those two; softmax over all the
   experts then top-2, left unrenormalised (Qwen2-MoE's ``norm_topk_prob=False``);
-- catalogued mistakes in the second layer's attention (scale 1 / d_head, no causal mask, K Q^T), judged at the
-  attention, at the layer where its MoE has a pair, and at the whole model.
+- catalogued mistakes in the second layer's attention (scale 1 / d_head, no causal mask, the mask showing the next
+  key), judged at the attention, at the layer where its MoE has a pair, and at the whole model.
 
 Expected verdicts decided from the math (float64 checks, not committed). The reference's mixture (Mixtral, Qwen3-MoE,
 DeepSeek V2/V3: ``n_experts``, ``top_k``, ``norm_topk_prob``, ``router_scoring``, ``router_score_bias``,
