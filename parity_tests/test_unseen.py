@@ -78,6 +78,7 @@ from parity_tests.corpus import (
     fresh58,
     fresh59,
     fresh60,
+    fresh61,
     frontier,
     lacking,
     unseen,
@@ -96,6 +97,7 @@ CORPORA += (fresh52, fresh53, fresh54, fresh55, fresh56)
 CORPORA += (fresh57,)
 CORPORA += (fresh59,)
 CORPORA += (fresh60,)
+CORPORA += (fresh61,)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
@@ -491,6 +493,27 @@ SLOW |= {c[0] for c in fresh60.CASES} - {  # fresh60: a case of each class by de
     "f60_mixtral.layer.wrong_scale",
     "f60_soft_moe",
 }
+SLOW |= {c[0] for c in fresh61.CASES} - {  # fresh61: a case of each class by default
+    "f61_tutorial_lm",
+    "f61_tutorial_lm.scaled_twice",
+    "f61_prenorm_lm.norm_first_mixed",
+}
+
+# fresh61 as first met
+TODAY.update({
+    "f61_tutorial_lm.tril_float_mask": "FAILED with no id and no op: 'unexplained ... no catalogue variant "
+    "reproduces it' (the float tril of ones hides nothing: attention.not_causal)",
+    "f61_gpt_block.tril_float": "FAILED with no id and no op: 'not expressible by the config and no catalogue "
+    "variant reproduces it' (the float tril of ones hides nothing: attention.not_causal)",
+    "f61_tutorial_lm.seq_first_pe_buffer": "FAILED with no id and no op: 'unexplained: encoder.layers.0.self_attn "
+    "... diverges' (row b of the (max_len, 1, D) table added to example b, never named at pos_encoder)",
+    "f61_seq2seq.no_tgt_mask": "'could not judge: RuntimeError: Internal error: NestedTensorImpl doesn't support "
+    "sizes' (the model runs in every dtype and grad mode)",
+    "f61_seq2seq.tgt_unscaled": "'could not judge: RuntimeError: Internal error: NestedTensorImpl doesn't support "
+    "sizes' (the model runs in every dtype and grad mode)",
+    "f61_sentence_encoder.batch_first_false": "attention.mask_inverted at encoder.layers.0.self_attn (variant error "
+    "0): no mask is built; the batch_first=False layers attend across the batch",
+})  # fmt: skip
 
 
 def _case(name, *values):
