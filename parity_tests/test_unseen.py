@@ -94,10 +94,7 @@ CORPORA += (fresh43, fresh44)
 CORPORA += (fresh45, fresh46, fresh47, fresh48)
 CORPORA += (fresh49, fresh50, fresh51)
 CORPORA += (fresh52, fresh53, fresh54, fresh55, fresh56)
-CORPORA += (fresh57,)
-CORPORA += (fresh59,)
-CORPORA += (fresh60,)
-CORPORA += (fresh61,)
+CORPORA += (fresh57, fresh58, fresh59, fresh60, fresh61)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
@@ -114,33 +111,115 @@ TODAY.update(
         "f57_isab": "could not judge: found 2 attentions, the reference 'encoder_layer' has 1; pass mapping=",
         "f57_set_transformer": "could not judge: the output has shape (2, 6, 32), the reference's (3, 6, 32)",
         "f57_slot.step": "could not judge: the example passes 2 input tensors; 'multi_head_attention' takes 3",
-CORPORA += (fresh58,)
-
-# fresh58 as first met
+    }
+)
 TODAY.update(
-    {
-        "f58_timesformer.divided_block": "could not judge: forward could not be recorded on the inputs of "
-        "'encoder_layer' (its forward raised ValueError: not enough values to unpack), though example= was passed",
-        "f58_vivit": "could not judge: forward could not be recorded on the inputs of 'encoder_stack' (ValueError: "
-        "not enough values to unpack (expected 4, got 3)), though example= was passed",
-        "f58_pct.embedded": "could not judge: forward could not be recorded on the inputs of 'encoder_stack' "
-        "(mat1 and mat2 shapes cannot be multiplied (24x32 and 3x32)), though example= was passed",
-        "f58_autoformer.layer": "differs at attention: the layer has no norm with a learned scale (not the "
-        "decomposition decomp1.moving_avg the layer computes in its place)",
-        "f58_pct.sa_layer": "could not judge: cannot read q_conv.weight (32 rows) as the q, k projection(s) of an "
-        "attention of width 32; pass mapping= (q_conv and k_conv one tied weight; untied it passes)",
-        "f58_pct.sa_stack": "could not judge: cannot read sa1.q_conv.weight (32 rows) as the q, k projection(s) "
-        "(the tied q/k weight)",
-        "f58_pct.sa_stack.wrong_scale_sa2": "could not judge: cannot read sa1.q_conv.weight (32 rows) as the q, k "
-        "projection(s) (the tied q/k weight)",
-        "f58_pct.offset_attention": "differs at after_norm: batch_norm(x) ... (past the first departure: the "
-        "column renormalisation and x - x_r in the layer's own forward)",
-        "f58_chess.body": "FAILED with no id and no op: unexplained: piece_embedding diverges (the 64-row square "
-        "table added whole not read as positions)",
-        "f58_chess.body.heads_without_transpose_second_layer": "FAILED with no id and no op: unexplained: "
-        "piece_embedding diverges (the square table added whole)",
-        "f58_chess.body.no_example": "could not judge: forward could not be recorded ... (size of tensor a (3) must "
-        "match ... b (64)); pass call= or mapping= (not example=)",
+    {  # fresh58 as first met
+        "f58_timesformer.divided_block": (
+            "could not judge: forward could not be recorded on the inputs of 'encoder_layer' (its "
+            "forward raised ValueError: not enough values to unpack), though example= was passed"
+        ),
+        "f58_vivit": (
+            "could not judge: forward could not be recorded on the inputs of 'encoder_stack' "
+            "(ValueError: not enough values to unpack (expected 4, got 3)), though example= was "
+            "passed"
+        ),
+        "f58_pct.embedded": (
+            "could not judge: forward could not be recorded on the inputs of 'encoder_stack' (mat1 "
+            "and mat2 shapes cannot be multiplied (24x32 and 3x32)), though example= was passed"
+        ),
+        "f58_autoformer.layer": (
+            "differs at attention: the layer has no norm with a learned scale (not the decomposition "
+            "decomp1.moving_avg the layer computes in its place)"
+        ),
+        "f58_pct.sa_layer": (
+            "could not judge: cannot read q_conv.weight (32 rows) as the q, k projection(s) of an "
+            "attention of width 32; pass mapping= (q_conv and k_conv one tied weight; untied it "
+            "passes)"
+        ),
+        "f58_pct.sa_stack": (
+            "could not judge: cannot read sa1.q_conv.weight (32 rows) as the q, k projection(s) (the tied q/k weight)"
+        ),
+        "f58_pct.sa_stack.wrong_scale_sa2": (
+            "could not judge: cannot read sa1.q_conv.weight (32 rows) as the q, k projection(s) (the tied q/k weight)"
+        ),
+        "f58_pct.offset_attention": (
+            "differs at after_norm: batch_norm(x) ... (past the first departure: the column "
+            "renormalisation and x - x_r in the layer's own forward)"
+        ),
+        "f58_chess.body": (
+            "FAILED with no id and no op: unexplained: piece_embedding diverges (the 64-row square "
+            "table added whole not read as positions)"
+        ),
+        "f58_chess.body.heads_without_transpose_second_layer": (
+            "FAILED with no id and no op: unexplained: piece_embedding diverges (the square table added whole)"
+        ),
+        "f58_chess.body.no_example": (
+            "could not judge: forward could not be recorded ... (size of tensor a (3) must match ... "
+            "b (64)); pass call= or mapping= (not example=)"
+        ),
+    }
+)
+TODAY.update(
+    {  # fresh59 as first met
+        "f59_ut": ("FAILED with no id and no op: read as three shared layers, the coordinate signal never named"),
+        "f59_funnel": "could not judge: the module's output has shape (2, 8, 16), the reference's (3, 8, 16)",
+        "f59_reformer.plain_attention": "could not judge: ... ValueError: cannot reshape array of size 16 into (32,)",
+        "f59_mod": "differs at lm_head: every part agrees in situ (past the router's weight at layers.1)",
+    }
+)
+TODAY.update(
+    {  # fresh60 as first met
+        "f60_switch.capacity_binds": (
+            "FAILED with no id and no op: torch.max router not read, the experts mapped as the dense "
+            "feed-forwards of layers 0 and 1"
+        ),
+        "f60_switch.capacity_never_binds": "FAILED with no id and no op: the same mapping of experts onto dense layers",
+        "f60_switch.capacity_binds.shows_next_second_layer": (
+            "names attention.causal_shows_next at layers.1.attn, past the first layer's capacity (cumsum)"
+        ),
+        "f60_expert_choice": "could not judge: top_k must be in [1, n_experts=4], got 9; pass call= ... or mapping=",
+        "f60_expert_choice.wrong_scale_second_layer": "could not judge: top_k must be in [1, n_experts=4], got 9",
+        "f60_deepseek_moe": (
+            "could not judge: found 9 experts run after layers.0.ffn.gate.weight in the module, the "
+            "reference 'transformer_lm' has 8; pass mapping= (two shared experts summed)"
+        ),
+        "f60_deepseek_v3": (
+            "differs at lm_head: every part agrees in situ, the output departs after the last: linear"
+            " in lm_head (output_bias=True assumed for a head without bias)"
+        ),
+        "f60_deepseek_v3.bias_weighs": (
+            "FAILED with no id and no op: 'unexplained: (the module)': not expressible by the config "
+            "and no catalogue variant reproduces it"
+        ),
+    }
+)
+TODAY.update(
+    {  # fresh61 as first met
+        "f61_tutorial_lm.tril_float_mask": (
+            "FAILED with no id and no op: 'unexplained ... no catalogue variant reproduces it' (the "
+            "float tril of ones hides nothing: attention.not_causal)"
+        ),
+        "f61_gpt_block.tril_float": (
+            "FAILED with no id and no op: 'not expressible by the config and no catalogue variant "
+            "reproduces it' (the float tril of ones hides nothing: attention.not_causal)"
+        ),
+        "f61_tutorial_lm.seq_first_pe_buffer": (
+            "FAILED with no id and no op: 'unexplained: encoder.layers.0.self_attn ... diverges' (row"
+            " b of the (max_len, 1, D) table added to example b, never named at pos_encoder)"
+        ),
+        "f61_seq2seq.no_tgt_mask": (
+            "'could not judge: RuntimeError: Internal error: NestedTensorImpl doesn't support sizes' "
+            "(the model runs in every dtype and grad mode)"
+        ),
+        "f61_seq2seq.tgt_unscaled": (
+            "'could not judge: RuntimeError: Internal error: NestedTensorImpl doesn't support sizes' "
+            "(the model runs in every dtype and grad mode)"
+        ),
+        "f61_sentence_encoder.batch_first_false": (
+            "attention.mask_inverted at encoder.layers.0.self_attn (variant error 0): no mask is "
+            "built; the batch_first=False layers attend across the batch"
+        ),
     }
 )
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -446,48 +525,25 @@ SLOW |= {c[0] for c in fresh55.CASES} - {  # fresh55: a case of each class by de
     "f55_half_gpt.not_causal_second_block",
     "f55_dict_of_tensors_llama",
 }
-SLOW |= {c[0] for c in fresh57.CASES} - {  # fresh57: a case of each class by default
-    "f57_sab", "f57_set_encoder.softmax_over_queries_second_layer", "f57_slot",
-}  # fmt: skip
 SLOW |= {c[0] for c in fresh56.CASES} - {  # fresh56: a case of each class by default
     "f56_ft.backbone.all_norms",
     "f56_tab.encoder.wrong_scale_second_layer",
     "f56_hubert",
 }
+
+SLOW |= {c[0] for c in fresh57.CASES} - {  # fresh57: a case of each class by default
+    "f57_sab", "f57_set_encoder.softmax_over_queries_second_layer", "f57_slot",
+}  # fmt: skip
 SLOW |= {c[0] for c in fresh58.CASES} - {  # fresh58: a case of each class by default
     "f58_itransformer.encoder",
     "f58_itransformer.encoder.softmax_over_queries_second_layer",
     "f58_informer.encoder.distil",
-# fresh59 as first met
-TODAY.update(
-    {
-        "f59_ut": "FAILED with no id and no op: read as three shared layers, the coordinate signal never named",
-        "f59_funnel": "could not judge: the module's output has shape (2, 8, 16), the reference's (3, 8, 16)",
-        "f59_reformer.plain_attention": "could not judge: ... ValueError: cannot reshape array of size 16 into (32,)",
-        "f59_mod": "differs at lm_head: every part agrees in situ (past the router's weight at layers.1)",
-    }
-)
+}
 SLOW |= {c[0] for c in fresh59.CASES} - {  # fresh59: a case of each class by default
     "f59_bigbird.covering",
     "f59_electra.encoder.wrong_scale_second_layer",
     "f59_reformer",
-TODAY.update(
-    {  # fresh60 as first met
-        "f60_switch.capacity_binds": "FAILED with no id and no op: torch.max router not read, the experts mapped as"
-        " the dense feed-forwards of layers 0 and 1",
-        "f60_switch.capacity_never_binds": "FAILED with no id and no op: the same mapping of experts onto dense layers",
-        "f60_switch.capacity_binds.shows_next_second_layer": "names attention.causal_shows_next at layers.1.attn, past"
-        " the first layer's capacity (cumsum)",
-        "f60_expert_choice": "could not judge: top_k must be in [1, n_experts=4], got 9; pass call= ... or mapping=",
-        "f60_expert_choice.wrong_scale_second_layer": "could not judge: top_k must be in [1, n_experts=4], got 9",
-        "f60_deepseek_moe": "could not judge: found 9 experts run after layers.0.ffn.gate.weight in the module, the"
-        " reference 'transformer_lm' has 8; pass mapping= (two shared experts summed)",
-        "f60_deepseek_v3": "differs at lm_head: every part agrees in situ, the output departs after the last: linear in"
-        " lm_head (output_bias=True assumed for a head without bias)",
-        "f60_deepseek_v3.bias_weighs": "FAILED with no id and no op: 'unexplained: (the module)': not expressible by"
-        " the config and no catalogue variant reproduces it",
-    }
-)
+}
 SLOW |= {c[0] for c in fresh60.CASES} - {  # fresh60: a case of each class by default
     "f60_mixtral.topk_softmax",
     "f60_mixtral.layer.wrong_scale",
@@ -498,22 +554,6 @@ SLOW |= {c[0] for c in fresh61.CASES} - {  # fresh61: a case of each class by de
     "f61_tutorial_lm.scaled_twice",
     "f61_prenorm_lm.norm_first_mixed",
 }
-
-# fresh61 as first met
-TODAY.update({
-    "f61_tutorial_lm.tril_float_mask": "FAILED with no id and no op: 'unexplained ... no catalogue variant "
-    "reproduces it' (the float tril of ones hides nothing: attention.not_causal)",
-    "f61_gpt_block.tril_float": "FAILED with no id and no op: 'not expressible by the config and no catalogue "
-    "variant reproduces it' (the float tril of ones hides nothing: attention.not_causal)",
-    "f61_tutorial_lm.seq_first_pe_buffer": "FAILED with no id and no op: 'unexplained: encoder.layers.0.self_attn "
-    "... diverges' (row b of the (max_len, 1, D) table added to example b, never named at pos_encoder)",
-    "f61_seq2seq.no_tgt_mask": "'could not judge: RuntimeError: Internal error: NestedTensorImpl doesn't support "
-    "sizes' (the model runs in every dtype and grad mode)",
-    "f61_seq2seq.tgt_unscaled": "'could not judge: RuntimeError: Internal error: NestedTensorImpl doesn't support "
-    "sizes' (the model runs in every dtype and grad mode)",
-    "f61_sentence_encoder.batch_first_false": "attention.mask_inverted at encoder.layers.0.self_attn (variant error "
-    "0): no mask is built; the batch_first=False layers attend across the batch",
-})  # fmt: skip
 
 
 def _case(name, *values):
