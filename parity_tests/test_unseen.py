@@ -208,14 +208,6 @@ TODAY.update(
             "FAILED with no id and no op: 'unexplained: encoder.layers.0.self_attn ... diverges' (row"
             " b of the (max_len, 1, D) table added to example b, never named at pos_encoder)"
         ),
-        "f61_seq2seq.no_tgt_mask": (
-            "'could not judge: RuntimeError: Internal error: NestedTensorImpl doesn't support sizes' "
-            "(the model runs in every dtype and grad mode)"
-        ),
-        "f61_seq2seq.tgt_unscaled": (
-            "'could not judge: RuntimeError: Internal error: NestedTensorImpl doesn't support sizes' "
-            "(the model runs in every dtype and grad mode)"
-        ),
         "f61_sentence_encoder.batch_first_false": (
             "attention.mask_inverted at encoder.layers.0.self_attn (variant error 0): no mask is "
             "built; the batch_first=False layers attend across the batch"

@@ -301,7 +301,8 @@ def module(
     torch.set_num_threads(1)  # tiny tensors, one op at a time: a thread pool only adds latency
     found = MP.Structure()  # the recording: read again where the judge stops (unsupported.explain)
     try:
-        with torch.random.fork_rng(), lifted(torch.inference_mode):  # the caller's random state is left as it was
+        # the caller's random state left as it was; torch's fused attention off (RN.slow_paths)
+        with torch.random.fork_rng(), lifted(torch.inference_mode), RN.slow_paths():
             # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
             level = LV.standing_for(reference, user_module if call is None else None)
             base = [] if example is None or "rope_theta" in fields else C.thetas(example)[:1]  # its cos/sin tables'

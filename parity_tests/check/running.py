@@ -736,6 +736,19 @@ def lifted(mode) -> Iterator[None]:
         mode.__enter__, mode.__exit__ = saved  # type: ignore[method-assign]
 
 
+@contextmanager
+def slow_paths() -> Iterator[None]:
+    """torch's fused fast path of its attention modules off while inside: in eval under no_grad it packs a padded
+    batch into nested tensors (whose sizes the recording cannot read) and reads a float mask as hidden/shown, where
+    the module's own math, under grad, adds it; every run of the check then computes what the module says."""
+    saved = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(saved)
+
+
 @dataclass(frozen=True)
 class Call:
     """A part's first call in the user's run, as its parent made it: the module, its arguments and its output."""

@@ -64,6 +64,11 @@ First met: 13 of 19 right (f61_block.batch_first_false counted right, see above)
 - f61_sentence_encoder.batch_first_false: "attention.mask_inverted at encoder.layers.0.self_attn ... (variant error
   0.0e+00)": no mask is built anywhere; the attention runs across the batch.
 
+Fixed since: the judge runs the user's module with torch's fused attention fast path off
+(`torch.backends.mha.set_fastpath_enabled(False)`, restored after), so that `nn.Transformer`'s encoder, in eval
+under no_grad with a padding mask, computes its own math on plain tensors rather than nested ones the recording
+cannot read: f61_seq2seq.no_tgt_mask and f61_seq2seq.tgt_unscaled are judged, and named as expected.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
