@@ -196,14 +196,6 @@ TODAY.update(
 )
 TODAY.update(
     {  # fresh61 as first met
-        "f61_tutorial_lm.tril_float_mask": (
-            "FAILED with no id and no op: 'unexplained ... no catalogue variant reproduces it' (the "
-            "float tril of ones hides nothing: attention.not_causal)"
-        ),
-        "f61_gpt_block.tril_float": (
-            "FAILED with no id and no op: 'not expressible by the config and no catalogue variant "
-            "reproduces it' (the float tril of ones hides nothing: attention.not_causal)"
-        ),
         "f61_tutorial_lm.seq_first_pe_buffer": (
             "FAILED with no id and no op: 'unexplained: encoder.layers.0.self_attn ... diverges' (row"
             " b of the (max_len, 1, D) table added to example b, never named at pos_encoder)"

@@ -58,8 +58,11 @@ def _causal(message: str, diagonal: int | None) -> Callable[[Site], list]:
         T = site.keep.shape[-1]  # type: ignore[union-attr]  # a causal site's keep is (1, 1, T, T), never None
         window = site.keep[0, 0]  # type: ignore[index]
         band = window | np.triu(np.ones((T, T), bool), 1)  # all True: no window
-        if diagonal is None and band.all():
-            return [(message, {"keep": keep}) for keep in ([None] if site.pad is None else [None, site.pad])]
+        if diagonal is None and band.all():  # no mask, or the 0/1 causal keep added to the scores: +1 is no -inf
+            added = f"{message} (the 0/1 causal mask added to the scores: +1 seen, 0 hidden)"
+            added = _triangle(site, added, np.tril(band))
+            unmasked = [(message, {"keep": keep}) for keep in ([None] if site.pad is None else [None, site.pad])]
+            return unmasked + [(words, knobs | {"mask_mode": "added"}) for words, knobs in added]
         if diagonal is None:
             mirrored = "the window's band without its causal half: |i - j| < W"
             return _triangle(site, message, band) + _triangle(site, mirrored, window | window.T)

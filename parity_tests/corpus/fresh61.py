@@ -67,7 +67,10 @@ First met: 13 of 19 right (f61_block.batch_first_false counted right, see above)
 Fixed since: the judge runs the user's module with torch's fused attention fast path off
 (`torch.backends.mha.set_fastpath_enabled(False)`, restored after), so that `nn.Transformer`'s encoder, in eval
 under no_grad with a padding mask, computes its own math on plain tensors rather than nested ones the recording
-cannot read: f61_seq2seq.no_tgt_mask and f61_seq2seq.tgt_unscaled are judged, and named as expected.
+cannot read: f61_seq2seq.no_tgt_mask and f61_seq2seq.tgt_unscaled are judged, and named as expected. A causal
+self-attention's `attention.not_causal` is also looked for as the 0/1 causal keep added to the scores (the float
+`tril` of ones: +1 where seen, 0 where it should hide), the causal analogue of `attention.mask_ignored`'s "0/1 keep
+mask added": f61_tutorial_lm.tril_float_mask and f61_gpt_block.tril_float are named at their first attention.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
