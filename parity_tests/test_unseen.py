@@ -147,17 +147,6 @@ TODAY.update(
             "differs at after_norm: batch_norm(x) ... (past the first departure: the column "
             "renormalisation and x - x_r in the layer's own forward)"
         ),
-        "f58_chess.body": (
-            "FAILED with no id and no op: unexplained: piece_embedding diverges (the 64-row square "
-            "table added whole not read as positions)"
-        ),
-        "f58_chess.body.heads_without_transpose_second_layer": (
-            "FAILED with no id and no op: unexplained: piece_embedding diverges (the square table added whole)"
-        ),
-        "f58_chess.body.no_example": (
-            "could not judge: forward could not be recorded ... (size of tensor a (3) must match ... "
-            "b (64)); pass call= or mapping= (not example=)"
-        ),
     }
 )
 TODAY.update(

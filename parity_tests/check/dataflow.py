@@ -983,6 +983,24 @@ def _uses(flow: Flow) -> None:
         flow.positions.pop(table, None)
         flow.constant_lookups.discard(table)
     flow.lookups = (indexed - weights) | embedded  # F.embedding's table read by a product too: a head tied to it
+    for table in _added_whole(flow) - weights - flow.lookups:  # read at 0 .. T - 1 by adding it: positions
+        flow.positions.setdefault(table, 0)
+        flow.lookups.add(table)
+
+
+def _added_whole(flow: Flow) -> set:
+    """The parameters of two axes over 1, (T, D) or (1, T, D), added whole to the rows of a table read by ids (B, T,
+    D), one row to each position: a board's 64 squares' table (`x + self.square_table`), read as positions 0 ..
+    T - 1 though no arange looks it up."""
+    found = set()
+    for node in (n for n in flow.nodes if n.op in ADDS and len(n.parents) == 2 and len(n.shape) == 3):
+        for table, other in (node.parents, node.parents[::-1]):
+            seen, met = root(table), list(walk([other], _behind))
+            whole = seen.param is not None and seen.shape[-2:] == node.shape[-2:] and math.prod(seen.shape[:-2]) == 1
+            looked = any(n.op in ("embedding", "__getitem__") and np.ndim(n.value) == 2 for n in met)
+            if whole and looked and not any(map(projection, met)) and seen.shape[-2] > 2:
+                found.add(seen.param)
+    return found
 
 
 def _attention_args(name: str, args: tuple, kwargs: dict):

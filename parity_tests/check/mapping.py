@@ -74,6 +74,7 @@ class Structure:
     flow: DF.Flow | None = None  # what the recorded forward said, or None where it could not run
     unrecorded: str = ""  # where the forward could not be recorded: what its last try raised
     own: DF.Flow | None = None  # then, the example's own call recorded (session.own_call), or None
+    probed: bool = False  # then, run on the judge's own probe only (neither example= nor call= given)
     names: set = field(default_factory=set)  # every parameter's name (one the forward leaves unread included)
     lacking: NoPair | None = None  # the first module whose math the reference lacks (raised once the forward is read)
 

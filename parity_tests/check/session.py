@@ -412,7 +412,8 @@ def recording(user, level: str, given: dict, seed: int, sizes=None, **convention
         found.lacking.flow = flow
         raise found.lacking
     own = own_call(user, conventions["example"]) if flow is None and conventions.get("example") else None
-    return dataclasses.replace(MP.with_flow(found, user, flow, raised), own=own)
+    probed = flow is None and conventions.get("example") is None and conventions.get("call") is None
+    return dataclasses.replace(MP.with_flow(found, user, flow, raised), own=own, probed=probed)
 
 
 def _matrices(user: nn.Module) -> list:

@@ -169,7 +169,9 @@ def _units(entry, found, units: Units) -> None:
             f"the module's forward could not be recorded on the inputs of {entry.name!r}, so the roles of its "
             f"projections cannot be read from the computation: {listed}"
             + (f" ({found.unrecorded})" if found.unrecorded else "")
-            + "; pass call= (how to call it) or mapping= (the weight map)"
+            + "; pass call= (how to call it)"
+            + (", example= (one real call, at sizes it runs at)" if found.probed else "")
+            + " or mapping= (the weight map)"
         )
     if flow is not None:
         units.attentions = [

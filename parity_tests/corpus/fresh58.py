@@ -65,6 +65,11 @@ First met: 9 of 20 right. Wrong:
   match the size of tensor b (64) at non-singleton dimension 1); pass call= (how to call it) or mapping=", not
   example=.
 
+Fixed since: a parameter of two axes over 1, (T, D) or (1, T, D), added whole to the rows the ids looked up (no
+projection between), one row to each position, is read as a position table at 0 .. T - 1 (dataflow._added_whole):
+the chess body passes and its mistake is named. Where the forward could not be recorded on the judge's own probe
+(neither example= nor call= given), the answer asks for example= too: f58_chess.body.no_example.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
