@@ -69,10 +69,11 @@ def explain(flow, since: str | None = None, met: tuple | None = None) -> str | D
     start = _ran(flow, since) if since and since != "(the module)" else 0
     after = dataclasses.replace(flow, nodes=flow.nodes[start:]) if start else flow
 
-    def kept(f) -> bool:  # found where it can be the cause: from `since` on, in a submodule holding it or inside it
-        where = _where(f) if f is not None else ""
+    def kept(f) -> bool:  # found where it can be the cause: from `since` on, in a submodule holding it or inside it,
+        where = _where(f) if f is not None else ""  # or in one no weight is compared at (it holds none)
         inside = f"{where}.".startswith(f"{since}.") or str(since).startswith(f"{where}.")
-        return f is not None and (_ran(flow, where) >= start or inside)
+        unweighed = bool(where) and not any(f"{o}.".startswith(f"{where}.") for o in flow.owners)
+        return f is not None and (_ran(flow, where) >= start or inside or unweighed)
 
     found = [f if kept(f := find(flow)) or f is None else find(after) for find in FINDS]
     first = min((f for f in found if kept(f)), key=lambda f: _rank(flow, f), default=None)
@@ -818,6 +819,27 @@ def _row_added(rec) -> tuple | None:
             table = DF.weight_of(lookup.parents[-1]) or "a table"
             what = f"{table}[{ids.flat[0]}] is added to the stream after {later[0].module or 'a layer'} ran"
             return lookup.module, f"{what} (a row per pass: a step embedding)"
+    return None
+
+
+TABLE_OPS = ("arange", "linspace", "exp", "pow", "outer", "sin", "cos")  # a fixed table's making, said in this order
+
+
+def _signal_added(rec) -> tuple | None:
+    """A table the forward computes from nothing it was given (no input, no parameter or buffer: a sinusoid of an
+    arange) added to the stream after an attention ran on it (a universal transformer's timing signal, before each
+    pass of its one layer): the reference adds positions to the embeddings alone. Said at the module that adds it."""
+    made = lambda n: n.op in ("input", "embedding") or n.param is not None  # noqa: E731
+    for node in (n for n in rec.nodes if n.op in DF.ADDS and len(n.parents) == 2):
+        fixed = [p for p in node.parents if len(p.shape) and p.shape[-1] == node.shape[-1] > 1]
+        fixed = [p for p in fixed if not any(map(made, DF.walk([p], lambda n: n.parents)))]
+        stream = [p for p in node.parents if p not in fixed and DF.back(p)[0]]
+        ran = [n for p in stream for n in DF.walk([p], lambda n: n.parents) if n.op in DF.SOFTMAX | DF.MHA | {DF.SDPA}]
+        if fixed and ran:
+            ops = {n.op for n in DF.walk(fixed[:1], lambda n: n.parents)}
+            ops = ", ".join(o for o in TABLE_OPS if o in ops)
+            what = f"a table the forward computes from no input or weight ({ops})"
+            return node.module, f"{what} is added to the stream after {ran[0].module or 'an attention'} ran"
     return None
 
 
@@ -1675,7 +1697,7 @@ FINDS = (
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
-    _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept, _feature_head, _uncalled,
-    _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed,
+    _signal_added, _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept, _feature_head,
+    _uncalled, _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed,
     _turned_then_scaled,
 )  # fmt: skip
