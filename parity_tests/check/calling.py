@@ -246,15 +246,17 @@ def _orders(entry, level: str, data_params: list, required: int) -> list:
 
 
 def _assigned(mask_params: list, roles: list) -> dict:
-    """Each mask argument's role ("src", "tgt"), one per role: the level's only one, else read from its name."""
+    """Each mask argument's role ("src", "tgt"), one per role: the level's only one, else read from its name; the
+    keys' padding ("src") first to one named for padding (torch's `src_key_padding_mask` beside its `src_mask`)."""
     assigned: dict = {}
-    for name in mask_params:
+    padding = [n for n in mask_params if "pad" in n.lower()]
+    for i, name in enumerate(padding + mask_params):
         words = name.lower()
         named = (
             "src" if any(w in words for w in SOURCE_WORDS) else "tgt" if any(w in words for w in TARGET_WORDS) else None
         )
         role = roles[0] if len(roles) == 1 else named
-        if role is not None and role not in assigned.values():
+        if role is not None and role not in assigned.values() and (i >= len(padding) or role == "src"):
             assigned[name] = role
     return assigned
 
