@@ -100,9 +100,6 @@ CORPORA += (fresh57, fresh58, fresh59, fresh60, fresh61)
 TODAY: dict[str, str] = {}
 TODAY.update(
     {  # fresh57 as first met
-        "f57_detr.encoder_layer.pos": "FAILED, no id, no op: unexplained at self_attn (pos on q and k unnamed)",
-        "f57_detr.decoder_layer.query_pos": "FAILED, no id, no op: unexplained at self_attn (query_pos unnamed)",
-        "f57_detr.hand_encoder.pos_on_values_second_layer": "FAILED, no id, no op: unexplained at layers.0.self_attn",
         "f57_detr.hand_decoder.no_residual_second_layer": "no pair at layers.1.ffn.1: 'relu ... none of the ...'",
         "f57_sab.authors_rff": "could not judge: no feed-forward block (relu(Linear) not read as one); pass mapping=",
         "f57_isab": "could not judge: found 2 attentions, the reference 'encoder_layer' has 1; pass mapping=",
@@ -212,10 +209,6 @@ TODAY.update(
         "f61_seq2seq.tgt_unscaled": (
             "'could not judge: RuntimeError: Internal error: NestedTensorImpl doesn't support sizes' "
             "(the model runs in every dtype and grad mode)"
-        ),
-        "f61_sentence_encoder.batch_first_false": (
-            "attention.mask_inverted at encoder.layers.0.self_attn (variant error 0): no mask is "
-            "built; the batch_first=False layers attend across the batch"
         ),
     }
 )

@@ -72,8 +72,9 @@ Fixed since: a forward taking both an attention mask and a key-padding mask (DET
 named for padding, and the causal mask by ``tgt_mask``, so DETR's encoder layer, encoder and decoder layer are judged
 sequence-first and pass; an example given sequence-first (DETR's (T, B, D) of a batch of 2) sizes the probe
 sequence-first, and its other tensors (``pos``, ``query_pos``) are widened along the batch axis of the layout tried, so
-the layers run on DETR's call (the query positions added to q and k are still not named: unexplained at
-``self_attn``).
+the layers run on DETR's call; a tensor the forward is given beside its input, added to the states an attention (or a
+projection) reads, is said by its argument's name at that attention (``pos`` and ``query_pos`` on DETR's queries and
+keys, the hand layer's ``pos`` on all three).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """

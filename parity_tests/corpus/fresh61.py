@@ -64,6 +64,10 @@ First met: 13 of 19 right (f61_block.batch_first_false counted right, see above)
 - f61_sentence_encoder.batch_first_false: "attention.mask_inverted at encoder.layers.0.self_attn ... (variant error
   0.0e+00)": no mask is built anywhere; the attention runs across the batch.
 
+Fixed since: where no convention reproduces the reference, an nn.MultiheadAttention left sequence-first that the
+states reach batch-first (B, T, D), as the judged layout passes them, is said at that attention: each position attends
+across the examples of the batch (f61_sentence_encoder.batch_first_false).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
