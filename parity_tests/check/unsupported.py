@@ -1329,10 +1329,11 @@ def _argument_added(rec) -> tuple | None:
         reader = next((c for c in node.children if c.op in DF.MHA or DF.projection(c)), None) if node.extra else None
         if node.op not in DF.ADDS or reader is None:
             continue
-        where = reader.module.rpartition(".")[0] if reader.op not in DF.MHA else reader.module
-        read = [r for r, p in zip(("queries", "keys", "values"), reader.parents, strict=False) if p is node]
-        how = f" as its {' and '.join(read)}" if reader.op in DF.MHA else f" by {DF.projection(reader)}"
-        alone = ", its values the states without it" if how and "values" not in read else ""
+        mha = reader.op in DF.MHA  # its query, key and value, in order
+        where = reader.module if mha else reader.module.rpartition(".")[0]
+        read = [r for r, p in zip(("queries", "keys", "values"), reader.parents, strict=False) if p is node and mha]
+        how = f" as its {' and '.join(read)}" if mha else f" by {DF.projection(reader)}"
+        alone = ", its values the states without it" if read and "values" not in read else ""
         return where, f"the states + {node.extra} (an argument of the forward) are read{how}{alone}"
     return None
 
