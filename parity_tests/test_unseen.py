@@ -100,12 +100,6 @@ CORPORA += (fresh57, fresh58, fresh59, fresh60, fresh61)
 TODAY: dict[str, str] = {}
 TODAY.update(
     {  # fresh57 as first met
-        "f57_detr.encoder_layer": "FAILED, no id, no op: (T, B, D) read as batch_first=True, its mask arguments unseen",
-        "f57_detr.encoder": "FAILED, no id, no op: unexplained at layers.0.self_attn, (T, B, D) read as batch-first",
-        "f57_detr.encoder_layer.pos": "could not judge: the forward raised (size 3 vs 2): (T, B, D) pos not widened",
-        "f57_detr.decoder_layer": "attention.not_causal at self_attn: 'the module takes no mask', tgt_mask never given",
-        "f57_detr.decoder_layer.query_pos": "could not judge: the forward raised: query_pos (T, B, D) not widened",
-        "f57_detr.hand_encoder.pos_on_values_second_layer": "FAILED, no id, no op: unexplained at layers.0.self_attn",
         "f57_detr.hand_decoder.no_residual_second_layer": "no pair at layers.1.ffn.1: 'relu ... none of the ...'",
         "f57_sab.authors_rff": "could not judge: no feed-forward block (relu(Linear) not read as one); pass mapping=",
         "f57_isab": "could not judge: found 2 attentions, the reference 'encoder_layer' has 1; pass mapping=",
@@ -187,10 +181,6 @@ TODAY.update(
         "f61_tutorial_lm.seq_first_pe_buffer": (
             "FAILED with no id and no op: 'unexplained: encoder.layers.0.self_attn ... diverges' (row"
             " b of the (max_len, 1, D) table added to example b, never named at pos_encoder)"
-        ),
-        "f61_sentence_encoder.batch_first_false": (
-            "attention.mask_inverted at encoder.layers.0.self_attn (variant error 0): no mask is "
-            "built; the batch_first=False layers attend across the batch"
         ),
     }
 )

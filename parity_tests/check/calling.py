@@ -246,15 +246,17 @@ def _orders(entry, level: str, data_params: list, required: int) -> list:
 
 
 def _assigned(mask_params: list, roles: list) -> dict:
-    """Each mask argument's role ("src", "tgt"), one per role: the level's only one, else read from its name."""
+    """Each mask argument's role ("src", "tgt"), one per role: the level's only one, else read from its name; the
+    keys' padding ("src") first to one named for padding (torch's `src_key_padding_mask` beside its `src_mask`)."""
     assigned: dict = {}
-    for name in mask_params:
+    padding = [n for n in mask_params if "pad" in n.lower()]
+    for i, name in enumerate(padding + mask_params):
         words = name.lower()
         named = (
             "src" if any(w in words for w in SOURCE_WORDS) else "tgt" if any(w in words for w in TARGET_WORDS) else None
         )
         role = roles[0] if len(roles) == 1 else named
-        if role is not None and role not in assigned.values():
+        if role is not None and role not in assigned.values() and (i >= len(padding) or role == "src"):
             assigned[name] = role
     return assigned
 
@@ -468,14 +470,14 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
     at, first = tuple(name for _, name in counted), next((starts[p] or 0 for p, _ in counted), 0)
     B = sizes(module, level, example, batch_first).B
     args, kwargs = example
-    tmpl = (
-        tuple(kept.get(i) or _extra(v, data, B) for i, v in enumerate(args)),
-        {k: kept.get(k) or _extra(v, data, B) for k, v in kwargs.items()},
-    )
     self_attention, bmhk = names == ("query",), _bmhk(module, example, data, entry)
     layouts = [True] if not entry.sequence_first else [batch_first] if batch_first is not None else [True, False]
     found = []
-    for bf in layouts:  # the example's batch and keys as the layout reads them
+    for bf in layouts:  # the example's batch and keys as the layout reads them; its other tensors widened along it
+        tmpl = (
+            tuple(kept.get(i) or _extra(v, data, B, int(not bf)) for i, v in enumerate(args)),
+            {k: kept.get(k) or _extra(v, data, B, int(not bf)) for k, v in kwargs.items()},
+        )
         sizes_at = (data[0][2].shape[1 - bf], data[-1][2].shape[int(bf)]) if data[0][2].ndim > 1 else (0, 0)
         read = {name: _mask_of(value, name, entry.masks, *sizes_at) for _, name, value in masks}
         causal_given = any(m[0] == "tgt" for m in read.values())
@@ -539,19 +541,20 @@ def _bmhk(module, example, data: list, entry) -> bool:
     return same and bool((before[:, 1:] != after[:, 1:]).any())
 
 
-def _extra(value, data, probe_B: int) -> tuple:
+def _extra(value, data, probe_B: int, axis: int = 0) -> tuple:
     """How an argument that is neither data nor mask is passed: ("fixed", itself), or ("made", a function of
     (dtype, device)) for rotary tables (recomputed in the run's dtype), a float tensor (in the run's dtype) and a
-    tensor of the example's batch size on its first axis (repeated to the probe's, `probe_B`)."""
+    tensor of the example's batch size on the layout's batch `axis` (repeated to the probe's, `probe_B`: DETR's
+    (T, B, D) positions along their second)."""
     if not isinstance(value, torch.Tensor):
         return "fixed", value
     table = _rope_match(value)
     if table is not None:
         return "made", lambda dtype, device: table[0].to(dtype=dtype, device=device)
-    B = data[0][2].shape[0]
-    rows = torch.arange(probe_B) % B if value.ndim >= 1 and value.shape[0] == B > 1 and B != probe_B else None
+    B = data[0][2].shape[axis] if data[0][2].ndim > axis else 0
+    rows = torch.arange(probe_B) % B if value.ndim > axis and value.shape[axis] == B > 1 and B != probe_B else None
     if rows is not None or value.is_floating_point():  # a float input (media, a style) in the run's dtype
-        kept = value if rows is None else value[rows]
+        kept = value if rows is None else value.index_select(axis, rows)
         return "made", lambda dtype, device: kept.to(dtype=dtype if kept.is_floating_point() else None, device=device)
     return "fixed", value
 
@@ -575,10 +578,12 @@ def thetas(example) -> list:
 
 def sizes(module, level: str, example, batch_first=None) -> PR.Sizes:
     """The probe's sizes, the example's: its lengths (three positions at least: the probe pads two; the first
-    input's as the queries', the last's as the keys') and batch size (three at least); else the probe's own."""
+    input's as the queries', the last's as the keys') and batch size (three at least), read sequence-first where the
+    layout is not given and (B, T, D) reads fewer (DETR's (T, B, D) of a batch of 2); else the probe's own."""
     data = [v for _, _, v in _data(_slots(module, example), level)]
-    lengths = [int(v.shape[0 if batch_first is False else v.ndim - 2 if v.is_floating_point() else 1]) for v in data]
-    if min(lengths) < 3:
-        return PR.SIZES
-    first, last = (-1, 0) if LEVELS[level].inputs[0] == "src" else (0, -1)  # src: the keys
-    return PR.Sizes(max(3, int(data[0].shape[1 if batch_first is False else 0])), lengths[first], lengths[last])
+    for bf in [batch_first is not False] + [False] * (batch_first is None and all(v.ndim == 3 for v in data)):
+        lengths = [int(v.shape[v.ndim - 2 if v.is_floating_point() else 1] if bf else v.shape[0]) for v in data]
+        if min(lengths) >= 3:
+            first, last = (-1, 0) if LEVELS[level].inputs[0] == "src" else (0, -1)  # src: the keys
+            return PR.Sizes(max(3, int(data[0].shape[int(not bf)])), lengths[first], lengths[last])
+    return PR.SIZES

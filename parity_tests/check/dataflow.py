@@ -75,7 +75,8 @@ class Node:
     parents: list
     shape: tuple = ()
     param: str | None = None  # a parameter's (or buffer's) name: a leaf
-    extra: str = ""  # an einsum's equation; an embedding's "max_norm=m" where it renormalises the rows it reads
+    extra: str = ""  # an einsum's equation; an embedding's "max_norm=m" where it renormalises the rows it reads; an
+    # add's: the name of the forward's argument it adds (unrecorded: DETR's `pos`, Recorder.arguments)
     children: list = field(default_factory=list)
     value: object = None  # an embedding's ids (numpy); an attention op's: _attention_args; a part: its index
     call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held); a clamp's
@@ -97,6 +98,7 @@ class _Recorder(TorchFunctionMode):
         self.path: list[str] = [""]
         self.values: dict = {}  # node index -> the tensor it made (unsupported.py reads them)
         self.calls: list[Called] = []  # each submodule call, as it returns
+        self.arguments: dict = {}  # id(tensor) -> its name, the judged forward's tensor arguments past its first
 
     def node(self, t: torch.Tensor) -> Node | None:
         found = self.of.get(id(t))
@@ -143,6 +145,8 @@ class _Recorder(TorchFunctionMode):
         node.extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
         max_norm = kwargs.get("max_norm", args[3] if len(args) > 3 else None) if name == "embedding" else None
         node.extra = f"max_norm={max_norm:g}" if max_norm is not None else node.extra  # its rows renormalised
+        added = (self.arguments.get(id(a)) for a in flat if isinstance(a, torch.Tensor) and self.node(a) is None)
+        node.extra = next((a for a in added if a), node.extra) if name in ADDS else node.extra
         kept = name in VIEWS or name == "pad" or name.startswith(("clamp", "clip", "hardtanh"))  # a pad's: its widths
         node.call = (func, args, kwargs) if kept else None
         self.keep.append(out)  # and the tensors it holds
@@ -158,11 +162,18 @@ class _Recorder(TorchFunctionMode):
             self.keep.append(base)
         return out
 
-    def given(self, inputs) -> None:
+    def given(self, module, args: tuple, kwargs: dict) -> None:
         """The module's first argument where it is a float tensor (a layer's x), a leaf of its own ("input"): what
         its forward does to it (a norm first in a layer: x - mean(x)) is recorded too. Masks and memory stay
-        unrecorded (products and attentions give them leaves of their own, _parents)."""
-        for t in tree_flatten(inputs)[0]:
+        unrecorded (products and attentions give them leaves of their own, _parents); the other tensor arguments
+        are named (arguments), by the forward's parameters."""
+        try:
+            bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            bound = {}
+        named = [(n, t) for n, t in list(bound.items())[1:] if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        self.arguments |= {id(t): n for n, t in named}
+        for t in tree_flatten(args[:1])[0]:
             if isinstance(t, torch.Tensor) and t.is_floating_point() and self.node(t) is None:
                 self.of[id(t)] = self._add(Node(len(self.nodes), "input", "", [], tuple(t.shape)))
                 self.keep.append(t)
@@ -260,7 +271,7 @@ def record(run, module: nn.Module) -> Flow:
         made = next((rec.of.get(id(t)) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
         rec.calls.append(Called(key, rec.path[-1], given, made))
 
-    given = module.register_forward_pre_hook(lambda m, args: rec.given(args[:1]))
+    given = module.register_forward_pre_hook(rec.given, with_kwargs=True)
     try:
         with hooked(module.named_modules(), leave, rec.path.append), unscripted(module), unvmapped(), rec:
             out = run()
@@ -613,6 +624,7 @@ class Flow:
     owners: list = field(default_factory=list)  # the paths of the modules that hold parameters of their own
     aside: set = field(default_factory=set)  # projections of inputs no table's rows reach, where ids are read (_aside)
     beside: list = field(default_factory=list)  # parameters read where the judged output is not computed (_reaching)
+    batch: tuple = ()  # (the probe's batch size, whether passed batch-first) where session.read_flow recorded it
 
     def _products(self, weight: str) -> list:  # the products that read `weight`
         return [n for n in self.nodes if projection(n) == weight]

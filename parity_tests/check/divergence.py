@@ -31,7 +31,7 @@ from .matchers import match, match_attention, match_embedding, match_unit
 from .probes import keep_mask
 from .running import Call
 from .session import copy_of, probe_of, run_user
-from .unsupported import differs, score_terms
+from .unsupported import batch_attended, differs, score_terms
 from .wiring import rewired
 
 PROJECTIONS = (
@@ -956,7 +956,7 @@ def diagnose(check, choice, result) -> None:
     """Fill result.diagnoses, and first_divergence and unexplained where a layer or a model diverges (see the module
     docstring); what fails with nothing named is said by judge.said_why. Where no convention matched, a term on the
     scores first: a mistake read under the closest miss may hide it (a mask leaving no key hides the scores)."""
-    terms = score_terms(check.flow) if check.flow and not choice.matched else None
+    terms = score_terms(check.flow) or batch_attended(check.flow, choice) if check.flow and not choice.matched else None
     if terms is not None:
         result.unsupported = differs(*terms)
         return

@@ -474,7 +474,9 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
         probe = probe_of(caller)
         tensors = as_tensors(probe, weight.dtype, weight.device)
         try:  # only a run that completes is read: a convention the model does not take leaves half a graph
-            return DF.record(lambda: caller(model, tensors, probe, weight.dtype), model), ""  # noqa: B023
+            flow = DF.record(lambda: caller(model, tensors, probe, weight.dtype), model)  # noqa: B023
+            flow.batch = (next(iter(tensors.values())).shape[0], caller.batch_first)
+            return flow, ""
         except Exception as error:  # a convention the module does not take; the check proper reports it
             raised = f"its forward raised {type(error).__name__}: {str(error)[:200]}"
     return None, raised

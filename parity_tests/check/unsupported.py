@@ -1343,6 +1343,36 @@ def _learned_queries(rec) -> tuple | None:
     return None
 
 
+def _argument_added(rec) -> tuple | None:
+    """A tensor the forward is given beside its input (DETR's `pos`, `query_pos`) added to the states a projection or
+    nn.MultiheadAttention reads (DETR's queries and keys, its values without it): positions added inside the module,
+    where the reference adds them once, to the embeddings, and gives its layers no such argument."""
+    for node in rec.nodes:
+        reader = next((c for c in node.children if c.op in DF.MHA or DF.projection(c)), None) if node.extra else None
+        if node.op not in DF.ADDS or reader is None:
+            continue
+        mha = reader.op in DF.MHA  # its query, key and value, in order
+        where = reader.module if mha else reader.module.rpartition(".")[0]
+        read = [r for r, p in zip(("queries", "keys", "values"), reader.parents, strict=False) if p is node and mha]
+        how = f" as its {' and '.join(read)}" if mha else f" by {DF.projection(reader)}"
+        alone = ", its values the states without it" if read and "values" not in read else ""
+        return where, f"the states + {node.extra} (an argument of the forward) are read{how}{alone}"
+    return None
+
+
+def batch_attended(rec, choice) -> tuple | None:
+    """nn.MultiheadAttention left sequence-first (batch_first=False) and given the batch-first states (B, T, D) it reads
+    as (T, B, D): each position attends across the examples of the batch, which no reference does. Read on a
+    recording passed the probe as the module is judged (`choice`'s layout), the batch size that of the probe."""
+    B, batch_first = rec.batch or (0, None)
+    for node in rec.nodes if batch_first == choice.caller.batch_first else ():
+        shape = node.parents[0].shape if node.op == "multi_head_attention_forward" else ()
+        if len(shape) == 3 and shape[0] == B > 1 and shape[1] != B:
+            what = f"nn.MultiheadAttention (sequence-first) given states (B, T, D) = {shape} reads them as (T, B, D)"
+            return node.module, f"{what}: each of the {shape[1]} positions attends across the {B} examples of the batch"
+    return None
+
+
 def _cat_made(node) -> str:
     """What the cat `node` makes is read as: an attention's keys (its product reaches a softmax), its values (another
     product of no weight), else the sequence of token states."""
@@ -1699,5 +1729,5 @@ FINDS = (
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
     _signal_added, _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept, _feature_head,
     _uncalled, _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed,
-    _turned_then_scaled,
+    _turned_then_scaled, _argument_added,
 )  # fmt: skip

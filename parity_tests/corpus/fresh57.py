@@ -67,6 +67,15 @@ the advice are right, the message does not name the argument). Wrong:
 - f57_slot.step: "could not judge: the example passes 2 input tensor(s); the reference 'multi_head_attention' takes
   ['query', 'key', 'value']" (``forward(slots, inputs)`` not read as a cross-attention with key = value).
 
+Fixed since: a forward taking both an attention mask and a key-padding mask (DETR's ``src_mask`` beside
+``src_key_padding_mask``, ``memory_mask`` beside ``memory_key_padding_mask``) is given the keys' padding by the argument
+named for padding, and the causal mask by ``tgt_mask``, so DETR's encoder layer, encoder and decoder layer are judged
+sequence-first and pass; an example given sequence-first (DETR's (T, B, D) of a batch of 2) sizes the probe
+sequence-first, and its other tensors (``pos``, ``query_pos``) are widened along the batch axis of the layout tried, so
+the layers run on DETR's call; a tensor the forward is given beside its input, added to the states an attention (or a
+projection) reads, is said by its argument's name at that attention (``pos`` and ``query_pos`` on DETR's queries and
+keys, the hand layer's ``pos`` on all three).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
