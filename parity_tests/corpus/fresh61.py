@@ -71,7 +71,7 @@ cannot read: f61_seq2seq.no_tgt_mask and f61_seq2seq.tgt_unscaled are judged, an
 self-attention's `attention.not_causal` is also looked for as the 0/1 causal keep added to the scores (the float
 `tril` of ones: +1 where seen, 0 where it should hide), the causal analogue of `attention.mask_ignored`'s "0/1 keep
 mask added": f61_tutorial_lm.tril_float_mask and f61_gpt_block.tril_float are named at their first attention.
-Fixed since: where no convention reproduces the reference, an nn.MultiheadAttention left sequence-first that the
+Where no convention reproduces the reference, an nn.MultiheadAttention left sequence-first that the
 states reach batch-first (B, T, D), as the judged layout passes them, is said at that attention: each position attends
 across the examples of the batch (f61_sentence_encoder.batch_first_false).
 
