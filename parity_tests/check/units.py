@@ -445,6 +445,10 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
     for node in flow.nodes:  # a top-k read with nothing beside its input, no router's
         if node.op == "topk" and len(node.parents) == 1 and node not in routers and node not in limits:
             what = "topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's)"
+            if node in flow.picks_tokens:  # expert choice: each expert its top tokens
+                (weight, E), n = flow.picks_tokens[node], node.parents[0].shape[node.value]
+                what = f"topk picks the top {node.shape[node.value]} of {n} along an axis other than the {E} scores "
+                what += f"{weight} makes for each token (each choosing its tokens, not each token its experts)"
             if any(node in groups for *_, groups in flow.routers.values()):  # V2's group_limited_greedy: the best
                 what = "topk limits a router's choice to groups ranked otherwise than by their two best scores' sum"
             raise NoPair(node.module or "(the module)", what, entry.name)

@@ -786,13 +786,12 @@ def _token_choice(rec) -> tuple | None:
         product = next((n for n in scores if DF.projection(n)), None)
         weight = DF.projection(product) if product is not None else None
         x = next((p for p in product.parents if DF.weight_of(p) is None), None) if product is not None else None
-        axes = [i for i, (a, b) in enumerate(zip(node.parents[0].shape, node.shape, strict=False)) if a != b]
-        if product is None or weight is None or x is None or len(x.shape) < 3 or len(axes) != 1:
+        if product is None or weight is None or x is None or len(x.shape) < 3 or node.value is None:
             continue
-        n, E, T = node.parents[0].shape[axes[0]], product.shape[-1], x.shape[-2]
+        n, E, T = node.parents[0].shape[node.value], product.shape[-1], x.shape[-2]
         if E == 1 or n != E and n == T:
             through = _picked_run(rec, node)
-            what = f"topk picks the {node.shape[axes[0]]} of the {T} positions whose score ({weight} x) is highest"
+            what = f"topk picks the {node.shape[node.value]} of the {T} positions whose score ({weight} x) is highest"
             return weight.rpartition(".")[0], f"{what}{through} (a mixture of depths: tokens routed past a block)"
     return None
 
@@ -824,11 +823,15 @@ def _row_added(rec) -> tuple | None:
 def _running_sum(rec) -> tuple | None:
     """torch.cumsum or cumprod of what a projection made (through element-wise ops): a running sum or product over
     an axis (a state-space scan's decays accumulated along the positions, its recurrence in closed form); the
-    reference accumulates nothing. A cumsum of the scores (stick-breaking's) or of a mask (positions) is none."""
+    reference accumulates nothing. A cumsum of the scores (stick-breaking's) or of a mask (positions) is none; one of
+    a router's choice counts each expert's tokens in order (Switch's capacity, the tokens past it dropped)."""
     for node in (n for n in rec.nodes if n.op in ("cumsum", "cumprod") and n.parents):
         made = DF.back(node.parents[0])[0]
         if made:
             return node.module, f"{node.op} accumulates what {made[0]} makes along an axis (a running scan)"
+        if any(n.op == "topk" for n in DF.walk(node.parents, lambda n: DF._behind(n, True))):
+            what = "cumsum counts the tokens a router's top-k sends to each expert, in order (an expert's capacity"
+            return node.module, f"{what}: the tokens past it dropped, where the reference's experts take every one)"
     return None
 
 

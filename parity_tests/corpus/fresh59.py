@@ -59,6 +59,9 @@ First met: 14 of 18 right. Wrong:
 - f59_mod: "differs at lm_head: every part agrees in situ, the output departs after the last: linear in lm_head",
   past the first departure (the router's weight on the update at layers.1).
 
+Fixed since: a top-k records the axis it picks along, so that a mixture of depths whose k is every position (the
+top-k's output as long as its input) is still read as tokens routed past a block, said at its router.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
