@@ -173,14 +173,6 @@ TODAY.update(
             "could not judge: found 9 experts run after layers.0.ffn.gate.weight in the module, the "
             "reference 'transformer_lm' has 8; pass mapping= (two shared experts summed)"
         ),
-        "f60_deepseek_v3": (
-            "differs at lm_head: every part agrees in situ, the output departs after the last: linear"
-            " in lm_head (output_bias=True assumed for a head without bias)"
-        ),
-        "f60_deepseek_v3.bias_weighs": (
-            "FAILED with no id and no op: 'unexplained: (the module)': not expressible by the config "
-            "and no catalogue variant reproduces it"
-        ),
     }
 )
 TODAY.update(

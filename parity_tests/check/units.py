@@ -181,6 +181,8 @@ def _units(entry, found, units: Units) -> None:
         _queries_first(units.attentions)
         blocks = flow.blocks[:-1] if _mlm_head(entry, flow, units, by) else flow.blocks
         units.blocks = _mixtures(flow, by, blocks)
+        chooses = {b.score_bias for b in units.blocks if isinstance(b, Mixture)}  # a router's choice bias: no orphan
+        found.orphans[:] = [n for n in found.orphans if n not in chooses]
         units.parallel = entry.decoder_only and flow.parallel
         _refuse_unpaired(entry, flow, units.parallel)
         _refuse_inner_norm(entry, flow, units.norms)

@@ -805,6 +805,18 @@ def _picked_run(rec, topk) -> str:
     return f", and only those run through {min(runs, key=len)}, the others skipping it" if runs else ""
 
 
+def _biased_gates(rec) -> tuple | None:
+    """A router's choice bias (DeepSeek-V3's e_score_correction_bias, a 1-D tensor added to the scores before the
+    top-k) in the gates too: the top-k's values (the biased scores) summed, scaled or normalised on their way to the
+    experts, where the reference's bias only chooses (the gates gathered from the unbiased scores)."""
+    for node, *_, bias, _ in rec.routers.values():
+        read = [c for c in node.children if c.op in DF.MULS | DF.DIVS | DF.SOFTMAX | {"sum"}]
+        if bias is not None and read:
+            what = f"{bias} is added to the scores that weigh the experts' outputs, not only to those the top-k "
+            return node.module, what + "chooses by (the reference's bias chooses, the unbiased scores weigh)"
+    return None
+
+
 def _row_added(rec) -> tuple | None:
     """A table's row read by one number (a 0-d index or one id everywhere, no ids of the sequence) added to the
     stream after a layer ran on it (a universal transformer's step embedding, a vector per pass): the reference
@@ -1677,8 +1689,8 @@ FINDS = (
     _joined, _offset_ids, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
-    _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
-    _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept, _feature_head, _uncalled,
-    _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed,
+    _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _biased_gates,
+    _row_added, _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept, _feature_head,
+    _uncalled, _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed,
     _turned_then_scaled,
 )  # fmt: skip

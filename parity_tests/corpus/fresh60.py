@@ -63,7 +63,9 @@ First met: 12 of 20 right. Wrong:
 Fixed since: ``torch.max`` over an axis of a router's probabilities is read as the top-1 choice it is (``topk`` of
 k = 1; over one expert, whose probability is 1, no choice, the block dense as before); a top-k along another axis
 than the router's scores (expert choice's tokens) is no router's, said at the block, not refused as a ``top_k`` the
-config rejects; a ``cumsum`` of what a router's top-k chose (an expert's capacity) is said where it runs.
+config rejects; a ``cumsum`` of what a router's top-k chose (an expert's capacity) is said where it runs. A router's
+choice bias (V3's) is no longer taken for a loose 1-D parameter (an output bias the head lacks), and the biased
+scores read as the gates (summed, divided, multiplied on their way to the experts) are said at the block.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
