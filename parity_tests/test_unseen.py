@@ -168,14 +168,6 @@ TODAY.update(
     }
 )
 TODAY.update(
-    {  # fresh60 as first met
-        "f60_deepseek_moe": (
-            "could not judge: found 9 experts run after layers.0.ffn.gate.weight in the module, the "
-            "reference 'transformer_lm' has 8; pass mapping= (two shared experts summed)"
-        ),
-    }
-)
-TODAY.update(
     {  # fresh61 as first met
         "f61_tutorial_lm.tril_float_mask": (
             "FAILED with no id and no op: 'unexplained ... no catalogue variant reproduces it' (the "

@@ -65,7 +65,9 @@ k = 1; over one expert, whose probability is 1, no choice, the block dense as be
 than the router's scores (expert choice's tokens) is no router's, said at the block, not refused as a ``top_k`` the
 config rejects; a ``cumsum`` of what a router's top-k chose (an expert's capacity) is said where it runs. A router's
 choice bias (V3's) is no longer taken for a loose 1-D parameter (an output bias the head lacks), and the biased
-scores read as the gates (summed, divided, multiplied on their way to the experts) are said at the block.
+scores read as the gates (summed, divided, multiplied on their way to the experts) are said at the block. Shared
+experts run apart and summed are the reference's one wide shared block, each one its run of that block's hidden
+units (its gate and up rows, its down's columns: ``columns a:b:1`` in the printed map).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
