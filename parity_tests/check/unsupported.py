@@ -832,16 +832,21 @@ def _row_added(rec) -> tuple | None:
     return None
 
 
+COMPARED = {"lt", "__lt__", "le", "__le__", "gt", "__gt__", "ge", "__ge__"}
+
+
 def _running_sum(rec) -> tuple | None:
     """torch.cumsum or cumprod of what a projection made (through element-wise ops): a running sum or product over
     an axis (a state-space scan's decays accumulated along the positions, its recurrence in closed form); the
     reference accumulates nothing. A cumsum of the scores (stick-breaking's) or of a mask (positions) is none; one of
-    a router's choice counts each expert's tokens in order (Switch's capacity, the tokens past it dropped)."""
+    a router's choice compared to a number counts each expert's tokens in order (Switch's capacity, the tokens past it
+    dropped; not grouped experts' offsets)."""
     for node in (n for n in rec.nodes if n.op in ("cumsum", "cumprod") and n.parents):
         made = DF.back(node.parents[0])[0]
         if made:
             return node.module, f"{node.op} accumulates what {made[0]} makes along an axis (a running scan)"
-        if any(n.op == "topk" for n in DF.walk(node.parents, lambda n: DF._behind(n, True))):
+        compared = any(n.op in COMPARED for n in DF.walk(node.children, lambda n: n.children))  # to a capacity
+        if compared and any(n.op == "topk" for n in DF.walk(node.parents, lambda n: DF._behind(n, True))):
             what = "cumsum counts the tokens a router's top-k sends to each expert, in order (an expert's capacity"
             return node.module, f"{what}: the tokens past it dropped, where the reference's experts take every one)"
     return None
