@@ -551,7 +551,7 @@ def gather(link: Link, reference: dict) -> np.ndarray:
         whole = whole[pair_order(len(whole), Dh, link.rope_rotary, link.rope_order)] if rope_paired(n, Dh) else whole
         block = whole if rows is None else whole[rows[0] : rows[1]]  # a part's rows of the reordered tensor
         start, step, *stop = link.columns or (0, 1)
-        blocks.append(block[:, start : (stop or [None])[0] : step] if link.columns else block)
+        blocks.append(block[:, start : (stop + [None])[0] : step] if link.columns else block)
     zeros = np.zeros((link.offset, *blocks[0].shape[1:]), blocks[0].dtype)
     return np.concatenate([zeros, *blocks]) - link.minus_one
 

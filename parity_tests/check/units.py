@@ -662,9 +662,7 @@ def _mixture_fields(blocks: list, F: int) -> dict:
     dense = tuple(i for i, b in enumerate(blocks) if not isinstance(b, Mixture))
     kind = "gpt_oss" if first.clamped is not None else "swiglu"
     limit = {"swiglu_limit": first.clamped} if first.clamped is not None and math.isfinite(first.clamped) else {}
-    shared = (
-        sum(b[-1].in_features for b in [first.shared, *first.more_shared] if b) // first.width
-    )  # S experts F_e wide
+    shared = sum(b[-1].in_features for b in [first.shared, *first.more_shared] if b) // first.width  # S F_e wide
     return (
         dict(n_experts=first.router.out_features, top_k=first.k, norm_topk_prob=first.renorm, expert_kind=kind)
         | {"dense_layers": dense, "d_expert": first.width if first.width != F else None, "n_shared_experts": shared}
