@@ -87,7 +87,7 @@ class Node:
 
 
 def _axis(name: str, args: tuple, kwargs: dict) -> int | None:
-    """The axis a topk (or torch.max over an axis) picks along, counted from the first; None for max over all."""
+    """The axis a topk (or max, argmax over an axis) picks along, counted from the first; None for one over all."""
     dim = kwargs.get("dim", args[2 if name == "topk" else 1] if len(args) > (2 if name == "topk" else 1) else None)
     dim = -1 if dim is None and name == "topk" else dim
     return dim % max(args[0].dim(), 1) if isinstance(dim, int) and isinstance(args[0], torch.Tensor) else None
@@ -144,13 +144,14 @@ class _Recorder(TorchFunctionMode):
             return out
         if name in VIEWS and all(any(o is a for a in flat) for o in outs):
             return out  # x.float() of a float32 x, x.contiguous() of a contiguous one: x itself, nothing new
-        axis = _axis(name, args, kwargs) if name in ("topk", "max") else None
-        top_one = name == "max" and axis is not None and len(parents) == 1 and parents[0].op in SOFTMAX | {"sigmoid"}
+        axis = _axis(name, args, kwargs) if name in ("topk", "max", "argmax") else None
+        top_one = name in ("max", "argmax") and axis is not None and len(parents) == 1
+        top_one = top_one and parents[0].op in SOFTMAX | {"sigmoid"}
         top_one = top_one and args[0].shape[axis] > 1  # over one expert: its probability 1, no choice (a dense block)
         shape = list(outs[0].shape)
         if top_one and len(shape) < args[0].dim():  # as topk's, the axis kept
             shape.insert(axis, 1)
-        name = "topk" if top_one else name  # torch.max over probabilities: a router's top-1 choice (Switch's)
+        name = "topk" if top_one else name  # torch.max (argmax) over probabilities: a router's top-1 (Switch's)
         node = Node(len(self.nodes), name, self.path[-1], parents, tuple(shape))
         parts = name in SPLITS and len(outs) > 1  # the parts of a chunk or split, each its own node
         node.tid = id(out) if parts else id(outs[0])  # a split's: its tuple's (kept alive below)

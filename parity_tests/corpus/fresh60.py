@@ -60,7 +60,7 @@ First met: 12 of 20 right. Wrong:
 - f60_deepseek_v3.bias_weighs: FAILED with no id and no op ("unexplained: (the module): ... not expressible by the
   config and no catalogue variant reproduces it").
 
-Fixed since: ``torch.max`` over an axis of a router's probabilities is read as the top-1 choice it is (``topk`` of
+Fixed since: ``torch.max`` (or ``argmax``) over an axis of a router's probabilities is read as its top-1 (``topk`` of
 k = 1; over one expert, whose probability is 1, no choice, the block dense as before); a top-k along another axis
 than the router's scores (expert choice's tokens) is no router's, said at the block, not refused as a ``top_k`` the
 config rejects; a ``cumsum`` of what a router's top-k chose (an expert's capacity) is said where it runs. A router's
