@@ -87,6 +87,13 @@ class Node:
     as_weight: bool = False  # read as a product's weight (F.linear's, the right of x @ W: WEIGHT_OPERAND)
 
 
+def _axis(name: str, args: tuple, kwargs: dict) -> int | None:
+    """The axis a topk (or max, argmax over an axis) picks along, counted from the first; None for one over all."""
+    dim = kwargs.get("dim", args[2 if name == "topk" else 1] if len(args) > (2 if name == "topk" else 1) else None)
+    dim = -1 if dim is None and name == "topk" else dim
+    return dim % max(args[0].dim(), 1) if isinstance(dim, int) and isinstance(args[0], torch.Tensor) else None
+
+
 class _Recorder(TorchFunctionMode):
     def __init__(self, names: dict, constants: set):
         super().__init__()
@@ -139,7 +146,15 @@ class _Recorder(TorchFunctionMode):
             return out
         if name in VIEWS and all(any(o is a for a in flat) for o in outs):
             return out  # x.float() of a float32 x, x.contiguous() of a contiguous one: x itself, nothing new
-        node = Node(len(self.nodes), name, self.path[-1], parents, tuple(outs[0].shape))
+        axis = _axis(name, args, kwargs) if name in ("topk", "max", "argmax") else None
+        top_one = name in ("max", "argmax") and axis is not None and len(parents) == 1
+        top_one = top_one and parents[0].op in SOFTMAX | {"sigmoid"}
+        top_one = top_one and args[0].shape[axis] > 1  # over one expert: its probability 1, no choice (a dense block)
+        shape = list(outs[0].shape)
+        if top_one and len(shape) < args[0].dim():  # as topk's, the axis kept
+            shape.insert(axis, 1)
+        name = "topk" if top_one else name  # torch.max (argmax) over probabilities: a router's top-1 (Switch's)
+        node = Node(len(self.nodes), name, self.path[-1], parents, tuple(shape))
         parts = name in SPLITS and len(outs) > 1  # the parts of a chunk or split, each its own node
         node.tid = id(out) if parts else id(outs[0])  # a split's: its tuple's (kept alive below)
         node.extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
@@ -150,7 +165,7 @@ class _Recorder(TorchFunctionMode):
         kept = name in VIEWS or name == "pad" or name.startswith(("clamp", "clip", "hardtanh"))  # a pad's: its widths
         node.call = (func, args, kwargs) if kept else None
         self.keep.append(out)  # and the tensors it holds
-        node.value = self._value(name, args, kwargs, len(parents))
+        node.value = axis if name == "topk" else self._value(name, args, kwargs, len(parents))
         node.named = self._named(func, args, kwargs) if name in MHA else {}  # its weights and biases, by argument
         self.values[self._add(node).index] = outs[0]
         for i, o in enumerate(outs):
@@ -620,6 +635,7 @@ class Flow:
     # a router's weight -> (its top-k node, its k gates renormalised, DeepSeek's router fields, its choice bias, the
     # top-k's over groups before the choice)
     routers: dict = field(default_factory=dict)
+    picks_tokens: dict = field(default_factory=dict)  # a top-k along no router's axis -> (the weight it reads, outputs)
     calls: list = field(default_factory=list)  # each submodule's calls (Called), in the order they return
     owners: list = field(default_factory=list)  # the paths of the modules that hold parameters of their own
     aside: set = field(default_factory=set)  # projections of inputs no table's rows reach, where ids are read (_aside)
@@ -914,8 +930,13 @@ def read(nodes: list, values: dict) -> Flow:
         if len(weights) == 1:
             topks.setdefault(weights.pop(), []).append((node, met))
     for weight, found in topks.items():
+        node, met = found[-1]
+        outputs = next(n for n in met if projection(n)).shape[-1]  # a router's: one score per expert
+        if node.value is not None and node.parents[0].shape[node.value] != outputs:  # each expert its tokens (expert
+            flow.picks_tokens[node] = (weight, outputs)  # choice), or tokens past a block (mixture of depths)
+            continue
         limits = [n for n, _ in found[:-1]]
-        flow.routers[weight] = (found[-1][0], *_router(*found[-1], limits), limits)
+        flow.routers[weight] = (node, *_router(node, met, limits), limits)
     _feed_forwards(flow)
     return flow
 

@@ -95,7 +95,7 @@ class Link:
     each_transposed: bool = False  # and each head's rows transposed: (H, in, out / H) (TransformerLens's W_Q)
     rope_order: tuple = ()  # q/k rows (and q/k norms) of each head: row u the reference's rope_order[u] (relabelled)
     axes: tuple = ()  # a 3-axis user tensor: its axis i the laid-out tensor's axes[i] (an einsum reading it so)
-    columns: tuple = ()  # (start, step): each part's columns start::step (GPT-OSS's gate and up, interleaved)
+    columns: tuple = ()  # (start, step[, stop]): each part's columns start:stop:step (GPT-OSS's gate, up interleaved)
 
 
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
@@ -551,7 +551,8 @@ def gather(link: Link, reference: dict) -> np.ndarray:
         whole = reference[n] if rows is None else rows_of(reference[n])
         whole = whole[pair_order(len(whole), Dh, link.rope_rotary, link.rope_order)] if rope_paired(n, Dh) else whole
         block = whole if rows is None else whole[rows[0] : rows[1]]  # a part's rows of the reordered tensor
-        blocks.append(block[:, link.columns[0] :: link.columns[1]] if link.columns else block)
+        start, step, *stop = link.columns or (0, 1)
+        blocks.append(block[:, start : (stop + [None])[0] : step] if link.columns else block)
     zeros = np.zeros((link.offset, *blocks[0].shape[1:]), blocks[0].dtype)
     return np.concatenate([zeros, *blocks]) - link.minus_one
 

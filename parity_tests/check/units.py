@@ -183,13 +183,15 @@ def _units(entry, found, units: Units) -> None:
         _queries_first(units.attentions)
         blocks = flow.blocks[:-1] if _mlm_head(entry, flow, units, by) else flow.blocks
         units.blocks = _mixtures(flow, by, blocks)
+        chooses = {b.score_bias for b in units.blocks if isinstance(b, Mixture)}  # a router's choice bias: no orphan
+        found.orphans[:] = [n for n in found.orphans if n not in chooses]
         units.parallel = entry.decoder_only and flow.parallel
         _refuse_unpaired(entry, flow, units.parallel)
         _refuse_inner_norm(entry, flow, units.norms)
         _by_call(flow, units)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
     units.gated = bool(units.blocks) and all(len(b) == 3 for b in experts(units.blocks))
-    shared = [b.shared for b in units.blocks if isinstance(b, Mixture) and len(b.shared) == 3]  # DeepSeek's too
+    shared = [s for b in units.blocks if isinstance(b, Mixture) for s in [b.shared, *b.more_shared] if len(s) == 3]
     for block in experts(units.blocks) + shared if units.gated else []:  # names settle gate and up: silu on up is one
         if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":
             block[:2] = block[1::-1]
@@ -274,6 +276,7 @@ class Mixture:
     experts: list = field(default_factory=list)
     stacked: dict = field(default_factory=dict)
     shared: list = field(default_factory=list)
+    more_shared: list = field(default_factory=list)  # further shared experts (blocks), summed: one wide block
     router_fields: dict = field(default_factory=dict)  # DeepSeek's: router_scoring, routed_scaling, groups, ...
     score_bias: str | None = None  # V3's e_score_correction_bias: added to the scores for the choice only
 
@@ -301,8 +304,10 @@ def _mixtures(flow, by: dict, blocks: list) -> list:
                 Mixture(by[router], node.shape[-1], renorm, flow.clamped(block[-1]), flow.operand_width(block[-1]))
             )
             out[-1].router_fields, out[-1].score_bias = fields, bias
-        if _shared(flow, by, out[-1], block):
-            out[-1].shared = _pieces(by, block, "a shared expert")
+        if _shared(flow, by, out[-1], block):  # a second one (DeepSeekMoE's, summed): more rows of one block
+            pieces = _pieces(by, block, "a shared expert")
+            out[-1].more_shared += [pieces] if out[-1].shared else []
+            out[-1].shared = out[-1].shared or pieces
         elif len(block) == 3 and block[0] == block[1] and flow.axes(block[0]) == 3:  # stacked: (gate_up, down)
             names = {"gate_up_proj": block[0], "down_proj": block[2]}
             out[-1].stacked = names | {f"{n}_bias": b for n, w in names.items() if (b := flow.picked_bias(w))}
@@ -319,13 +324,11 @@ def _mixtures(flow, by: dict, blocks: list) -> list:
 
 def _shared(flow, by: dict, mixture: Mixture, block: list) -> bool:
     """Whether `block`, run after `mixture`'s routed experts (their outputs times their gates), is DeepSeek's shared
-    experts: its output not weighed by the router, its width a multiple of an expert's (S experts in one block)."""
+    experts: its output not weighed by the router, its width a multiple of an expert's (S experts in one block, or
+    in several blocks summed)."""
     routed = mixture.stacked or mixture.experts and flow.weighed(mixture.experts[0][-1].weight)
     down = by.get(block[-1])
-    return (
-        bool(routed and not mixture.shared and not flow.weighed(block[-1]) and down)
-        and down.in_features % mixture.width == 0
-    )
+    return bool(routed and not flow.weighed(block[-1]) and down) and down.in_features % mixture.width == 0
 
 
 def _unchosen(by: dict, mixture: Mixture) -> None:
@@ -447,6 +450,10 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
     for node in flow.nodes:  # a top-k read with nothing beside its input, no router's
         if node.op == "topk" and len(node.parents) == 1 and node not in routers and node not in limits:
             what = "topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's)"
+            if node in flow.picks_tokens:  # expert choice: each expert its top tokens
+                (weight, E), n = flow.picks_tokens[node], node.parents[0].shape[node.value]
+                what = f"topk picks the top {node.shape[node.value]} of {n} along an axis other than the {E} scores "
+                what += f"{weight} makes for each token (each choosing its tokens, not each token its experts)"
             if any(node in groups for *_, groups in flow.routers.values()):  # V2's group_limited_greedy: the best
                 what = "topk limits a router's choice to groups ranked otherwise than by their two best scores' sum"
             raise NoPair(node.module or "(the module)", what, entry.name)
@@ -657,7 +664,7 @@ def _mixture_fields(blocks: list, F: int) -> dict:
     dense = tuple(i for i, b in enumerate(blocks) if not isinstance(b, Mixture))
     kind = "gpt_oss" if first.clamped is not None else "swiglu"
     limit = {"swiglu_limit": first.clamped} if first.clamped is not None and math.isfinite(first.clamped) else {}
-    shared = first.shared[-1].in_features // first.width if first.shared else 0  # S experts F_e wide in one block
+    shared = sum(b[-1].in_features for b in [first.shared, *first.more_shared] if b) // first.width  # S F_e wide
     return (
         dict(n_experts=first.router.out_features, top_k=first.k, norm_topk_prob=first.renorm, expert_kind=kind)
         | {"dense_layers": dense, "d_expert": first.width if first.width != F else None, "n_shared_experts": shared}
@@ -837,7 +844,9 @@ class Linker:
                 self._stacked(block, prefix, F, D)
             else:
                 self.links += [Link(user, [(f"{prefix}experts.{ref}", None)]) for ref, user in block.stacked.items()]
-            if block.shared:
+            if block.more_shared:
+                self._shared(block, f"{prefix}shared.")
+            elif block.shared:
                 self.ffn(block.shared, f"{prefix}shared.")
             if block.score_bias:
                 self.links.append(Link(block.score_bias, [(f"{prefix}router.score_bias", None)]))
@@ -856,6 +865,18 @@ class Linker:
         names = ("gate", "linear1", "linear2")[-len(block) :]
         for p, name in zip(block, names, strict=True):
             self.piece(p, [(f"{prefix}{name}", None)], self.cfg.bias)
+
+    def _shared(self, block: Mixture, prefix: str) -> None:
+        """Shared experts run apart and summed as the reference's one wide shared block: each one's gate and up its
+        run of that block's rows, its down the same run of the down's columns (the block's hidden units in order)."""
+        start = 0
+        for *ins, down in [block.shared, *block.more_shared]:
+            n = down.in_features
+            for p, name in zip(ins, ("gate", "linear1")[-len(ins) :], strict=True):
+                self.piece(p, [(f"{prefix}{name}", (start, start + n))], self.cfg.bias)
+            columns = (start, 1, start + n)
+            self._stack(Link(down.weight, [(f"{prefix}linear2.weight", None)], down.transposed, columns=columns))
+            start += n
 
     def _expert(self, expert: list, e: int, prefix: str, F: int, D: int) -> None:
         """Expert e as its own gate, up and down pieces: its (out, in) rows of the reference's gate_up_proj (the gate

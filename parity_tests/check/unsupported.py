@@ -787,13 +787,12 @@ def _token_choice(rec) -> tuple | None:
         product = next((n for n in scores if DF.projection(n)), None)
         weight = DF.projection(product) if product is not None else None
         x = next((p for p in product.parents if DF.weight_of(p) is None), None) if product is not None else None
-        axes = [i for i, (a, b) in enumerate(zip(node.parents[0].shape, node.shape, strict=False)) if a != b]
-        if product is None or weight is None or x is None or len(x.shape) < 3 or len(axes) != 1:
+        if product is None or weight is None or x is None or len(x.shape) < 3 or node.value is None:
             continue
-        n, E, T = node.parents[0].shape[axes[0]], product.shape[-1], x.shape[-2]
+        n, E, T = node.parents[0].shape[node.value], product.shape[-1], x.shape[-2]
         if E == 1 or n != E and n == T:
             through = _picked_run(rec, node)
-            what = f"topk picks the {node.shape[axes[0]]} of the {T} positions whose score ({weight} x) is highest"
+            what = f"topk picks the {node.shape[node.value]} of the {T} positions whose score ({weight} x) is highest"
             return weight.rpartition(".")[0], f"{what}{through} (a mixture of depths: tokens routed past a block)"
     return None
 
@@ -805,6 +804,18 @@ def _picked_run(rec, topk) -> str:
     inside = [k for k in rec.calls if k.path.startswith(f"{topk.module}.") or not topk.module]
     runs = [k.path for k in inside if any(i is not None and id(i) in own for i in k.inputs)]
     return f", and only those run through {min(runs, key=len)}, the others skipping it" if runs else ""
+
+
+def _biased_gates(rec) -> tuple | None:
+    """A router's choice bias (DeepSeek-V3's e_score_correction_bias, a 1-D tensor added to the scores before the
+    top-k) in the gates too: the top-k's values (the biased scores) summed, scaled or normalised on their way to the
+    experts, where the reference's bias only chooses (the gates gathered from the unbiased scores)."""
+    for node, *_, bias, _ in rec.routers.values():
+        read = [c for c in node.children if c.op in DF.MULS | DF.DIVS | DF.SOFTMAX | {"sum"}]
+        if bias is not None and read:
+            what = f"{bias} is added to the scores that weigh the experts' outputs, not only to those the top-k "
+            return node.module, what + "chooses by (the reference's bias chooses, the unbiased scores weigh)"
+    return None
 
 
 def _row_added(rec) -> tuple | None:
@@ -843,14 +854,23 @@ def _signal_added(rec) -> tuple | None:
     return None
 
 
+COMPARED = {"lt", "__lt__", "le", "__le__", "gt", "__gt__", "ge", "__ge__"}
+
+
 def _running_sum(rec) -> tuple | None:
     """torch.cumsum or cumprod of what a projection made (through element-wise ops): a running sum or product over
     an axis (a state-space scan's decays accumulated along the positions, its recurrence in closed form); the
-    reference accumulates nothing. A cumsum of the scores (stick-breaking's) or of a mask (positions) is none."""
+    reference accumulates nothing. A cumsum of the scores (stick-breaking's) or of a mask (positions) is none; one of
+    a router's choice compared to a number counts each expert's tokens in order (Switch's capacity, the tokens past it
+    dropped; not grouped experts' offsets)."""
     for node in (n for n in rec.nodes if n.op in ("cumsum", "cumprod") and n.parents):
         made = DF.back(node.parents[0])[0]
         if made:
             return node.module, f"{node.op} accumulates what {made[0]} makes along an axis (a running scan)"
+        compared = any(n.op in COMPARED for n in DF.walk(node.children, lambda n: n.children))  # to a capacity
+        if compared and any(n.op == "topk" for n in DF.walk(node.parents, lambda n: DF._behind(n, True))):
+            what = "cumsum counts the tokens a router's top-k sends to each expert, in order (an expert's capacity"
+            return node.module, f"{what}: the tokens past it dropped, where the reference's experts take every one)"
     return None
 
 
@@ -1726,8 +1746,8 @@ FINDS = (
     _joined, _offset_ids, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
     _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
-    _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
-    _signal_added, _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept, _feature_head,
-    _uncalled, _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed,
-    _turned_then_scaled, _argument_added,
+    _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _biased_gates,
+    _row_added, _signal_added, _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept,
+    _feature_head, _uncalled, _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn,
+    _mixed, _turned_then_scaled, _argument_added,
 )  # fmt: skip

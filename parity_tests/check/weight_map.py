@@ -40,9 +40,9 @@ class MapEntry(tuple):
 
 def note(link: Link) -> str:
     """The link's layout as the report prints it and _from_note reads back: "as is", "rows a:b", "fused rows q, k, v",
-    "after N unread rows", "minus 1 (...)"; then ", columns a::s" (Link.columns), ", transposed", ", split into H
-    heads" (a 3-axis tensor; ", each transposed": (H, in, Dh); ", stored in the axis order a b c": Link.axes),
-    ", RoPE pairs interleaved (head size Dh)" or ", q/k features of each head in the order o_0 o_1 ..."
+    "after N unread rows", "minus 1 (...)"; then ", columns a:b:s" (Link.columns; b blank: to the end), ", transposed",
+    ", split into H heads" (a 3-axis tensor; ", each transposed": (H, in, Dh); ", stored in the axis order a b c":
+    Link.axes), ", RoPE pairs interleaved (head size Dh)" or ", q/k features of each head in the order o_0 o_1 ..."
     (Link.rope_order). Rows of several units (a projection sliced per layer): "fused rows" and each part's full
     name."""
     roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in link.parts if "." in n]
@@ -62,7 +62,7 @@ def note(link: Link) -> str:
         text = "minus 1 (scaled by 1 + weight)" if link.minus_one else ""
     split = f"split into {link.heads} heads" + ", each transposed" * link.each_transposed if link.heads else ""
     split += f", stored in the axis order {' '.join(map(str, link.axes))}" * bool(link.axes)
-    columns = "columns {}::{}".format(*link.columns) if link.columns else ""
+    columns = "columns {0}:{2}:{1}".format(*link.columns, "") if link.columns else ""
     text = ", ".join(t for t in (text, columns, "transposed" * link.transposed, split) if t) or "as is"
     order = f", q/k features of each head in the order {' '.join(map(str, link.rope_order))}" * bool(link.rope_order)
     return text + (f", RoPE pairs interleaved (head size {link.rope_pairs})" if link.rope_pairs else order)
@@ -151,8 +151,9 @@ def _from_note(user: str, ref: str, note: str) -> Link:
     axes = re.search(r"stored in the axis order ([\d ]+)", note)
     layout |= {"axes": tuple(map(int, axes[1].split()))} if axes else {}
     layout |= {"rope_order": tuple(map(int, order.split()))} if order else {}
-    columns = re.search(r"columns (\d+)::(\d+)", note)
-    layout |= {"columns": (int(columns[1]), int(columns[2]))} if columns else {}
+    columns = re.search(r"columns (\d+):(\d*):(\d+)", note)
+    stop = (int(columns[2]),) if columns and columns[2] else ()  # a run of columns, not to the end
+    layout |= {"columns": (int(columns[1]), int(columns[3]), *stop)} if columns else {}
     return Link(user, parts, transposed, pairs, offset, note.startswith("minus 1"), **layout)
 
 

@@ -60,6 +60,15 @@ First met: 12 of 20 right. Wrong:
 - f60_deepseek_v3.bias_weighs: FAILED with no id and no op ("unexplained: (the module): ... not expressible by the
   config and no catalogue variant reproduces it").
 
+Fixed since: ``torch.max`` (or ``argmax``) over an axis of a router's probabilities is read as its top-1 (``topk`` of
+k = 1; over one expert, whose probability is 1, no choice, the block dense as before); a top-k along another axis
+than the router's scores (expert choice's tokens) is no router's, said at the block, not refused as a ``top_k`` the
+config rejects; a ``cumsum`` of what a router's top-k chose (an expert's capacity) is said where it runs. A router's
+choice bias (V3's) is no longer taken for a loose 1-D parameter (an output bias the head lacks), and the biased
+scores read as the gates (summed, divided, multiplied on their way to the experts) are said at the block. Shared
+experts run apart and summed are the reference's one wide shared block, each one its run of that block's hidden
+units (its gate and up rows, its down's columns: ``columns a:b:1`` in the printed map).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
