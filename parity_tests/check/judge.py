@@ -133,6 +133,7 @@ def unheld(check: Check, out: np.ndarray, outs: dict) -> ValueError:
     the reference's output (unsupported.past_output: the layers before it are judged alone, before_head), else
     the shapes."""
     head = US.past_output(check.flow, check.level, {o.shape[-1] for o in outs.values()})
+    head = head or US.shortened(check.flow, check.level)
     theirs = " or ".join(sorted({str(o.shape) for o in outs.values()}))
     return head or ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {theirs}")
 
@@ -417,6 +418,7 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
     flow = flow or getattr(exc, "flow", None)  # a module read as lacking (mapping.structure), its forward recorded
     met = exc.place if isinstance(exc, US.NoPair) and tower is None else None
     found = US.explain(flow, met=met) or (met and US.differs(*met))  # the first in data flow
+    found = found or (example := US.example_read(flow)) and US.differs(*example)  # an example's own call's
     earlier = before_head(user_module, reference, flow, found) if flow and isinstance(found, str) else None
     explained(result, found)  # else what it met
     if earlier is not None:
