@@ -325,6 +325,23 @@ def _weights(rec) -> tuple | None:
     return None
 
 
+def _renormalised(rec) -> tuple | None:
+    """An attention's weights made by a softmax along another axis of the scores than the keys' (their last), then
+    divided by their sum over the keys (Slot Attention's softmax over the slots, each slot's weights renormalised):
+    neither the reference's softmax nor the catalogue's over the queries (attention.softmax_wrong_axis)."""
+    for node in (n for n in rec.nodes if n.op in ("softmax", "_softmax") and len(n.shape) >= 2):
+        value, one = rec.values.get(node.index), torch.ones((), dtype=torch.float64)
+        if not isinstance(value, torch.Tensor) or torch.allclose(value.sum(-1).double(), one):
+            continue
+        axis = next((k for k in range(value.ndim - 1) if torch.allclose(value.sum(k).double(), one)), None)
+        ahead = list(DF.walk(node.children, lambda n: n.children if n.op in SCORES_PATH | {"sum"} else []))
+        summed = [n for n in ahead if n.op == "sum" and n.shape[-1:] == (1,) and n.shape[:-1] == node.shape[:-1]]
+        if axis is not None and any(n.op in DF.DIVS and set(n.parents) & set(summed) for n in ahead):
+            said = f"a softmax over axis {axis} of the scores, not the keys, then divided by their sum over the keys"
+            return node.module, f"the attention's weights are {said}"
+    return None
+
+
 def _factor(rec, node, on: set) -> str:
     """What the op `node` on the scores' way to the values does with its operands off that way (`on`: the ids of the
     scores and of the nodes on it): " multiplied by a 4 x 5 x 5 tensor made by sub, pow, masked_fill from gammas"."""
@@ -1378,9 +1395,8 @@ def example_read(flow) -> tuple | None:
     given = [n for n in (flow.nodes if flow else []) if n.op == "input" and len(n.shape) >= 3]
     values = [flow.values.get(n.index) for n in given]
     given = [n for n, v in zip(given, values, strict=True) if v is None or v.is_floating_point()][:1]
-    reads = [n for n in (flow.nodes if given else []) if n.op in DF.PRODUCTS and DF.projection(n) is not None]
-    width = next((p.shape[-1] for a in flow.attentions for n in reads if DF.projection(n) in a.q for p in n.parents
-                  if DF.weight_of(p) is None), None) if given else None  # fmt: skip
+    queries = [n for n in flow.nodes if given and flow.attentions and DF.projection(n) in flow.attentions[0].q]
+    width = next((p.shape[-1] for n in queries for p in n.parents if DF.weight_of(p) is None), None)
     if not given or width is None or len(given[0].shape) == 3 and given[0].shape[-1] == width:
         return None
     shape = tuple(given[0].shape)
@@ -1727,5 +1743,5 @@ FINDS = (
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
     _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept, _feature_head, _uncalled,
     _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed,
-    _turned_then_scaled,
+    _turned_then_scaled, _renormalised,
 )  # fmt: skip
