@@ -1373,11 +1373,14 @@ def shortened(flow, level: str) -> NoPair | None:
     are held. None where the output holds as many."""
     given = next((n for n in flow.nodes if n.op == "input" and len(n.shape) == 3), None) if flow else None
     last = [n for n in (flow.nodes if flow else []) if n.op != "unreached"][-1:]
-    if given is None or len(last[0].shape) != 3 or last[0].shape[1] >= given.shape[1]:
+    if given is None or not last or len(last[0].shape) != 3 or last[0].shape[1] >= given.shape[1]:
         return None
     (B, T, D), before = given.shape, {id(n) for n in DF.walk(last, lambda n: n.parents)}
-    fewer = [n for n in DF.walk([given], lambda n: n.children) if id(n) in before and n.shape[::2] == (B, D)]
-    made = DF.root(min((n for n in fewer if n.shape[1] < T), key=lambda n: n.index))
+    made = [n for n in DF.walk([given], lambda n: n.children) if id(n) in before and len(n.shape) == 3]
+    made = [n for n in made if n.shape[0] == B and n.shape[1] < T and n.shape[2] == D]
+    if not made:
+        return None
+    made = DF.root(min(made, key=lambda n: n.index))
     reads = [DF.root(p) for p in made.parents if id(p) in before and p.made is None and T in p.shape]
     from_ = f" from the {T} that {reads[0].module or 'the module'} computes" if reads else f" from {T}"
     up = DF.walk([p for p in made.parents if len(p.shape) == 3], lambda n: n.parents if n.op in SAME_ROWS else [])

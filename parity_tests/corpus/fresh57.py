@@ -67,6 +67,12 @@ the advice are right, the message does not name the argument). Wrong:
 - f57_slot.step: "could not judge: the example passes 2 input tensor(s); the reference 'multi_head_attention' takes
   ['query', 'key', 'value']" (``forward(slots, inputs)`` not read as a cross-attention with key = value).
 
+Fixed since: a module's output holding fewer positions than its input is said at the op that first makes fewer
+from it (the PMA's attention of 2 learned seeds over the 6 states its ``rff`` computes, said where the seeds are
+held, ``dec.0``); an example passing two tensors to ``multi_head_attention`` is read as the query and one memory
+(key = value), and attention weights made by a softmax across another axis than the keys', then divided by their
+sum over the keys (Slot Attention's), are said at the module.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 

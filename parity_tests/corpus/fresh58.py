@@ -65,6 +65,11 @@ First met: 9 of 20 right. Wrong:
   match the size of tensor b (64) at non-singleton dimension 1); pass call= (how to call it) or mapping=", not
   example=.
 
+Fixed since: where the level's probe cannot stand for an example's input, the example's own call is read: an
+input of more axes than (B, T, D) is said at the first op reading its tokens in groups (the divided block's scores
+over each patch's frames, ViViT's cat of ``space_token`` beside each frame's patches), one of another width than
+the attentions read at the projection that widens it (PCT's per-point MLP, ``embedding.0``).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 

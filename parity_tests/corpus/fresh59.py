@@ -59,6 +59,9 @@ First met: 14 of 18 right. Wrong:
 - f59_mod: "differs at lm_head: every part agrees in situ, the output departs after the last: linear in lm_head",
   past the first departure (the router's weight on the update at layers.1).
 
+Fixed since: a module's output holding fewer positions than its input is said at the op that first makes fewer
+from it (the Funnel's ``avg_pool1d``, in the encoder's forward).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
