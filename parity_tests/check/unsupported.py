@@ -1396,14 +1396,15 @@ def example_read(flow) -> tuple | None:
     (a video's (B, F, N, D)), a cat beside its tokens or a product of two computed tensors (scores over a group of
     them); of another width (a point's xyz), the projection that widens it."""
     given = [n for n in (flow.nodes if flow else []) if n.op == "input" and len(n.shape) >= 3]
-    values = [flow.values.get(n.index) for n in given]
-    given = [n for n, v in zip(given, values, strict=True) if v is None or v.is_floating_point()][:1]
-    queries = [n for n in flow.nodes if given and flow.attentions and DF.projection(n) in flow.attentions[0].q]
+    given = [n for n in given if not isinstance(v := flow.values.get(n.index), torch.Tensor) or v.is_floating_point()]
+    if not given:
+        return None
+    queries = [n for n in flow.nodes if flow.attentions and DF.projection(n) in flow.attentions[0].q]
     width = next((p.shape[-1] for n in queries for p in n.parents if DF.weight_of(p) is None), None)
-    if not given or width is None or len(given[0].shape) == 3 and given[0].shape[-1] == width:
+    if width is None or len(given[0].shape) == 3 and given[0].shape[-1] == width:
         return None
     shape = tuple(given[0].shape)
-    for node in sorted(DF.walk(given, lambda n: n.children), key=lambda n: n.index):
+    for node in sorted(DF.walk(given[:1], lambda n: n.children), key=lambda n: n.index):
         if len(shape) == 3 and DF.projection(node) is not None:
             return node.module, f"a projection of the {shape} input's {shape[-1]} features to {node.shape[-1]}"
         joined = node.op in ("cat", "stack") and len(node.parents) > 1 and len(shape) > 3
