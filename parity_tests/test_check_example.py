@@ -160,3 +160,26 @@ def test_position_ids_counting_the_real_tokens_from_any_start_are_given_alike(fi
     assert not wrong.passed and [(d.id, d.where) for d in wrong.diagnoses][:1] == [
         ("attention.mask_inverted", "body.layers.1.self_attn")
     ], str(wrong)
+
+
+class _CrossOfOneMemory(nn.Module):
+    """forward(x, memory, key_padding_mask): nn.MultiheadAttention reading the memory as its keys and values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, x, memory, key_padding_mask=None):
+        return self.attn(x, memory, memory, key_padding_mask=key_padding_mask, need_weights=False)[0]
+
+
+def test_an_example_of_two_tensors_and_a_mask_is_a_query_and_one_memory():
+    # the key is the value on both sides, masked or not (session.probe_of); two tensors, not three, in the example
+    torch.manual_seed(0)
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[1, -2:] = True
+    example = ((torch.randn(2, 4, 16), torch.randn(2, 5, 16)), {"key_padding_mask": mask})
+    for given in ({}, {"example": example}):
+        result = check.module(_CrossOfOneMemory().eval(), "multi_head_attention", **given)
+        assert result.passed, str(result)
+        assert result.conventions["attention"] == "cross-attention: the query and one memory (key = value)"

@@ -103,25 +103,10 @@ TODAY.update(
         "f57_detr.hand_decoder.no_residual_second_layer": "no pair at layers.1.ffn.1: 'relu ... none of the ...'",
         "f57_sab.authors_rff": "could not judge: no feed-forward block (relu(Linear) not read as one); pass mapping=",
         "f57_isab": "could not judge: found 2 attentions, the reference 'encoder_layer' has 1; pass mapping=",
-        "f57_set_transformer": "could not judge: the output has shape (2, 6, 32), the reference's (3, 6, 32)",
-        "f57_slot.step": "could not judge: the example passes 2 input tensors; 'multi_head_attention' takes 3",
     }
 )
 TODAY.update(
     {  # fresh58 as first met
-        "f58_timesformer.divided_block": (
-            "could not judge: forward could not be recorded on the inputs of 'encoder_layer' (its "
-            "forward raised ValueError: not enough values to unpack), though example= was passed"
-        ),
-        "f58_vivit": (
-            "could not judge: forward could not be recorded on the inputs of 'encoder_stack' "
-            "(ValueError: not enough values to unpack (expected 4, got 3)), though example= was "
-            "passed"
-        ),
-        "f58_pct.embedded": (
-            "could not judge: forward could not be recorded on the inputs of 'encoder_stack' (mat1 "
-            "and mat2 shapes cannot be multiplied (24x32 and 3x32)), though example= was passed"
-        ),
         "f58_autoformer.layer": (
             "differs at attention: the layer has no norm with a learned scale (not the decomposition "
             "decomp1.moving_avg the layer computes in its place)"
@@ -145,7 +130,6 @@ TODAY.update(
 )
 TODAY.update(
     {  # fresh59 as first met
-        "f59_funnel": "could not judge: the module's output has shape (2, 8, 16), the reference's (3, 8, 16)",
         "f59_reformer.plain_attention": "could not judge: ... ValueError: cannot reshape array of size 16 into (32,)",
     }
 )

@@ -400,7 +400,7 @@ def _data(slots: list, level: str) -> list:
     elif "memory" in entry.inputs and len(alike) < len(entry.inputs):  # ids and a memory (a decoder): in their order
         alike = tensors
     data = alike[: len(entry.inputs)]
-    if len(data) < len(entry.inputs) and not (entry.self_attention_probes and len(data) == 1):
+    if len(data) < len(entry.inputs) and not (entry.self_attention_probes and len(data) in (1, 2)):
         raise TypeError(
             f"the example passes {len(data)} input tensor(s); the reference {level!r} takes {list(entry.inputs)}; pass "
             "example=(args, kwargs) whose first tensors are those inputs"
@@ -453,7 +453,7 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
     entry = LEVELS[level]
     slots = _slots(module, example)
     data = _data(slots, level)
-    names = ("query",) if len(data) < len(entry.inputs) else entry.inputs
+    names = entry.inputs if len(data) == len(entry.inputs) else ("query", "key")[: len(data)]  # key = value: 2
     kept = {s[0]: ("data", n) for s, n in zip(data, names, strict=False)}  # place -> slot; the rest _extra's
     masks = [  # (place, name, value) of each
         (place, name, value)

@@ -133,6 +133,7 @@ def unheld(check: Check, out: np.ndarray, outs: dict) -> ValueError:
     the reference's output (unsupported.past_output: the layers before it are judged alone, before_head), else
     the shapes."""
     head = US.past_output(check.flow, check.level, {o.shape[-1] for o in outs.values()})
+    head = head or US.shortened(check.flow, check.level)
     theirs = " or ".join(sorted({str(o.shape) for o in outs.values()}))
     return head or ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {theirs}")
 
@@ -335,7 +336,7 @@ def module(
             result.notes += wrapped + scripted + parametrized + adapted + graphed + computed + linear
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
-        return could_not_judge(user_module, reference, found.flow or found.own, exc)
+        return could_not_judge(user_module, reference, found.flow or found.own, exc, found.flow is None)
     finally:
         torch.set_num_threads(threads)
 
@@ -402,9 +403,10 @@ def no_pad_token(check: Check, choice: Choice, found: MP.Structure, again, examp
     return dataclasses.replace(other, notes=(*other.notes, said)), alt
 
 
-def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Result:
+def could_not_judge(user_module, reference: str, flow, exc: BaseException, own: bool = False) -> Result:
     """The answer where the judge stopped on `exc`: math the recorded `flow` shows the reference lacks (unsupported.py),
-    else "could not judge: <what stopped it>; pass <the argument that settles it>", or the user's sys.exit."""
+    on an example's own call (`own`) where its first input reads otherwise than the level's (example_read), else
+    "could not judge: <what stopped it>; pass <the argument that settles it>", or the user's sys.exit."""
     if isinstance(exc, SystemExit):
         where = "its forward" if isinstance(user_module, nn.Module) else "the function"
         return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
@@ -418,6 +420,7 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
     flow = flow or getattr(exc, "flow", None)  # a module read as lacking (mapping.structure), its forward recorded
     met = exc.place if isinstance(exc, US.NoPair) and tower is None else None
     found = US.explain(flow, met=met) or (met and US.differs(*met))  # the first in data flow
+    found = found or own and tower is None and (example := US.example_read(flow)) and US.differs(*example)
     earlier = before_head(user_module, reference, flow, found) if flow and isinstance(found, str) else None
     explained(result, found)  # else what it met
     if earlier is not None:

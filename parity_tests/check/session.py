@@ -196,9 +196,8 @@ def probe_of(check: Check, caller) -> LV.Probe:
     memory (a model builds its masks from the ids' padding); without a value where it passes the key alone."""
     key, entry = (caller.self_attention, caller.causal), check.entry
     built = entry.group == "model" and "memory" not in entry.inputs
-    if any(m[0] == "src" for m in caller.masks.values()) or caller.call is not None or built:
-        return check.probes[key]
-    p = check.probes.get(key + ("unpadded",), check.probes[key])
+    masked = any(m[0] == "src" for m in caller.masks.values()) or caller.call is not None or built
+    p = check.probes[key] if masked else check.probes.get(key + ("unpadded",), check.probes[key])
     if caller.order == ("query", "key"):  # a cross-attention of one memory: the value is the key (run_attention)
         return dataclasses.replace(p, floats={n: v for n, v in p.floats.items() if n != "value"})
     return p

@@ -326,6 +326,23 @@ def _weights(rec) -> tuple | None:
     return None
 
 
+def _renormalised(rec) -> tuple | None:
+    """An attention's weights made by a softmax along another axis of the scores than the keys' (their last), then
+    divided by their sum over the keys (Slot Attention's softmax over the slots, each slot's weights renormalised):
+    neither the reference's softmax nor the catalogue's over the queries (attention.softmax_wrong_axis)."""
+    for node in (n for n in rec.nodes if n.op in ("softmax", "_softmax") and len(n.shape) >= 2):
+        value, one = rec.values.get(node.index), torch.ones((), dtype=torch.float64)
+        if not isinstance(value, torch.Tensor) or torch.allclose(value.sum(-1).double(), one):
+            continue
+        axis = next((k for k in range(value.ndim - 1) if torch.allclose(value.sum(k).double(), one)), None)
+        ahead = list(DF.walk(node.children, lambda n: n.children if n.op in SCORES_PATH | {"sum"} else []))
+        summed = [n for n in ahead if n.op == "sum" and n.shape[-1:] == (1,) and n.shape[:-1] == node.shape[:-1]]
+        if axis is not None and any(n.op in DF.DIVS and set(n.parents) & set(summed) for n in ahead):
+            said = f"a softmax over axis {axis} of the scores, not the keys, then divided by their sum over the keys"
+            return node.module, f"the attention's weights are {said}"
+    return None
+
+
 def _factor(rec, node, on: set) -> str:
     """What the op `node` on the scores' way to the values does with its operands off that way (`on`: the ids of the
     scores and of the nodes on it): " multiplied by a 4 x 5 x 5 tensor made by sub, pow, masked_fill from gammas"."""
@@ -1418,6 +1435,59 @@ def past_output(flow, level: str, widths: set) -> NoPair | None:
     return None
 
 
+SAME_ROWS = DF.VIEWS | {"repeat"}  # a parameter's rows repeated over the batch: the same rows
+
+
+def shortened(flow, level: str) -> NoPair | None:
+    """Where the module's output holds fewer positions than its input (B, T, D): the first op computed from the input
+    whose output, on the way to the module's, holds fewer (a Funnel's pooled queries, a PMA's learned seeds
+    attending to the set), which no reference level makes; said where it runs, or where the learned rows it reads
+    are held. None where the output holds as many."""
+    given = next((n for n in flow.nodes if n.op == "input" and len(n.shape) == 3), None) if flow else None
+    last = [n for n in (flow.nodes if flow else []) if n.op != "unreached"][-1:]
+    if given is None or not last or len(last[0].shape) != 3 or last[0].shape[1] >= given.shape[1]:
+        return None
+    (B, T, D), before = given.shape, {id(n) for n in DF.walk(last, lambda n: n.parents)}
+    made = [n for n in DF.walk([given], lambda n: n.children) if id(n) in before and len(n.shape) == 3]
+    made = [n for n in made if n.shape[0] == B and n.shape[1] < T and n.shape[2] == D]
+    if not made:
+        return None
+    made = DF.root(min(made, key=lambda n: n.index))
+    reads = [DF.root(p) for p in made.parents if id(p) in before and p.made is None and T in p.shape]
+    from_ = f" from the {T} that {reads[0].module or 'the module'} computes" if reads else f" from {T}"
+    up = DF.walk([p for p in made.parents if len(p.shape) == 3], lambda n: n.parents if n.op in SAME_ROWS else [])
+    rows = [n for n in up if n.param and len(n.shape) >= 2]
+    held = f", its queries the learned rows of {rows[0].param}" if rows else ""
+    what = f"{made.op} in {made.module or 'the module'} makes {last[0].shape[1]} positions{from_}{held}"
+    return NoPair(rows[0].param.rpartition(".")[0] if held else made.module, what, level)
+
+
+def example_read(flow) -> tuple | None:
+    """Where the level's probe could not stand for an example's inputs (session.own_call): its first float input
+    that is no (B, T, D) sequence of the width the attentions read, and the first op that reads it so: of more axes
+    (a video's (B, F, N, D)), a cat beside its tokens or a product of two computed tensors (scores over a group of
+    them); of another width (a point's xyz), the projection that widens it."""
+    given = [n for n in (flow.nodes if flow else []) if n.op == "input" and len(n.shape) >= 3]
+    given = [n for n in given if not isinstance(v := flow.values.get(n.index), torch.Tensor) or v.is_floating_point()]
+    if not given:
+        return None
+    queries = [n for n in flow.nodes if flow.attentions and DF.projection(n) in flow.attentions[0].q]
+    width = next((p.shape[-1] for n in queries for p in n.parents if DF.weight_of(p) is None), None)
+    if width is None or len(given[0].shape) == 3 and given[0].shape[-1] == width:
+        return None
+    shape = tuple(given[0].shape)
+    for node in sorted(DF.walk(given[:1], lambda n: n.children), key=lambda n: n.index):
+        if len(shape) == 3 and DF.projection(node) is not None:
+            return node.module, f"a projection of the {shape} input's {shape[-1]} features to {node.shape[-1]}"
+        joined = node.op in ("cat", "stack") and len(node.parents) > 1 and len(shape) > 3
+        if joined and all(len(p.shape) > 1 and p.shape[-1] == node.shape[-1] for p in node.parents):
+            rows = ", ".join(r.param for p in node.parents if (r := DF.root(p)).param) or "computed rows"
+            return node.module, f"{node.op} puts {rows} beside the tokens of the {shape} input, in groups"
+        if len(shape) > 3 and node.op in DF.PRODUCTS and DF.projection(node) is None and len(node.parents) == 2:
+            return node.module, f"the scores read the {shape} input's tokens in groups of {node.shape[-1]}"
+    return None
+
+
 def _picked(rec) -> tuple | None:
     """The states (B, T, D) read at one position per sequence into (B, D) (a reward model's hidden[:, -1]) by the
     projection the module's output comes from (through element-wise ops and views): a head on one position, which no
@@ -1749,5 +1819,5 @@ FINDS = (
     _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _biased_gates,
     _row_added, _signal_added, _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept,
     _feature_head, _uncalled, _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn,
-    _mixed, _turned_then_scaled, _argument_added,
+    _mixed, _turned_then_scaled, _argument_added, _renormalised,
 )  # fmt: skip

@@ -74,7 +74,11 @@ sequence-first and pass; an example given sequence-first (DETR's (T, B, D) of a 
 sequence-first, and its other tensors (``pos``, ``query_pos``) are widened along the batch axis of the layout tried, so
 the layers run on DETR's call; a tensor the forward is given beside its input, added to the states an attention (or a
 projection) reads, is said by its argument's name at that attention (``pos`` and ``query_pos`` on DETR's queries and
-keys, the hand layer's ``pos`` on all three).
+keys, the hand layer's ``pos`` on all three). A module's output holding fewer positions than its input is said at the op
+that first makes fewer from it (the PMA's attention of 2 learned seeds over the 6 states its ``rff`` computes, said
+where the seeds are held, ``dec.0``); an example passing two tensors to ``multi_head_attention`` is read as the query
+and one memory (key = value), and attention weights made by a softmax across another axis than the keys', then divided
+by their sum over the keys (Slot Attention's), are said at the module.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """

@@ -66,9 +66,13 @@ First met: 9 of 20 right. Wrong:
   example=.
 
 Fixed since: a parameter of two axes over 1, (T, D) or (1, T, D), added whole to the rows the ids looked up (no
-projection between), one row to each position, is read as a position table at 0 .. T - 1 (dataflow._added_whole):
-the chess body passes and its mistake is named. Where the forward could not be recorded on the judge's own probe
-(neither example= nor call= given), the answer asks for example= too: f58_chess.body.no_example.
+projection between), one row to each position, is read as a position table at 0 .. T - 1 (dataflow._added_whole): the
+chess body passes and its mistake is named. Where the forward could not be recorded on the judge's own probe (neither
+example= nor call= given), the answer asks for example= too: f58_chess.body.no_example. Where the level's probe cannot
+stand for an example's input, the example's own call is read: an input of more axes than (B, T, D) is said at the first
+op reading its tokens in groups (the divided block's scores over each patch's frames, ViViT's cat of ``space_token``
+beside each frame's patches), one of another width than the attentions read at the projection that widens it (PCT's
+per-point MLP, ``embedding.0``).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """

@@ -63,7 +63,9 @@ Fixed since: a table the forward computes from no input and no weight (a sinusoi
 after an attention ran on it is said where it is added (unsupported._signal_added), and a finding in a submodule that
 holds no weight is no longer set aside for lying before the first part that diverges (no part there is compared): f59_ut
 is said at `coordinate_embedding`. A top-k records the axis it picks along, so that a mixture of depths whose k is every
-position (the top-k's output as long as its input) is still read as tokens routed past a block, said at its router.
+position (the top-k's output as long as its input) is still read as tokens routed past a block, said at its router. A
+module's output holding fewer positions than its input is said at the op that first makes fewer from it (the Funnel's
+``avg_pool1d``, in the encoder's forward).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
