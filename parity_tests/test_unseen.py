@@ -128,10 +128,6 @@ TODAY.update(
             "could not judge: forward could not be recorded on the inputs of 'encoder_stack' (mat1 "
             "and mat2 shapes cannot be multiplied (24x32 and 3x32)), though example= was passed"
         ),
-        "f58_autoformer.layer": (
-            "differs at attention: the layer has no norm with a learned scale (not the decomposition "
-            "decomp1.moving_avg the layer computes in its place)"
-        ),
         "f58_pct.sa_layer": (
             "could not judge: cannot read q_conv.weight (32 rows) as the q, k projection(s) of an "
             "attention of width 32; pass mapping= (q_conv and k_conv one tied weight; untied it "
@@ -142,10 +138,6 @@ TODAY.update(
         ),
         "f58_pct.sa_stack.wrong_scale_sa2": (
             "could not judge: cannot read sa1.q_conv.weight (32 rows) as the q, k projection(s) (the tied q/k weight)"
-        ),
-        "f58_pct.offset_attention": (
-            "differs at after_norm: batch_norm(x) ... (past the first departure: the column "
-            "renormalisation and x - x_r in the layer's own forward)"
         ),
         "f58_chess.body": (
             "FAILED with no id and no op: unexplained: piece_embedding diverges (the 64-row square "

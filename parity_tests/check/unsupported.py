@@ -325,6 +325,34 @@ def _weights(rec) -> tuple | None:
     return None
 
 
+def _renormalised(rec) -> tuple | None:
+    """A softmax's weights (a number added to them or not) divided by their own sum over an axis along which the
+    softmax's do not already sum to 1 (PCT's each column over its queries, Slot Attention's each slot's weights over
+    the inputs): the reference's weights are the softmax's as they are. Said at the division."""
+    for d in (n for n in rec.nodes if n.op in DF.DIVS and len(n.parents) == 2):
+        top, below = (_unshifted(p) for p in d.parents)
+        s, summed = DF.root(top), below.parents[0] if below.op == "sum" and below.parents else None
+        if s.op not in ("softmax", "_softmax") or summed is None or _unshifted(summed) is not top:
+            continue
+        weights, out = rec.values.get(s.index), rec.values.get(d.index)
+        if weights is None or out is None or weights.shape != out.shape:
+            continue
+        axis = next((i for i in range(weights.ndim) if torch.allclose(weights.sum(i), torch.ones(()))), None)
+        if axis is not None and not torch.allclose(out.sum(axis), torch.ones(()), atol=1e-6):
+            over = [i for i, (a, b) in enumerate(zip(below.shape, summed.shape, strict=False)) if a == 1 != b]
+            dim = f"dim {over[0]}" if len(below.shape) == len(summed.shape) and over else "another axis"
+            said = f"the softmax's weights (over dim {axis}) are divided by their sum over {dim}, renormalised along"
+            return d.module, f"{said} another axis than the softmax's (the reference's: the softmax's, as they are)"
+    return None
+
+
+def _unshifted(node):
+    """`node` seen back through views and a number added (Slot Attention's softmax + eps)."""
+    while node.parents and (node.op in DF.VIEWS or node.op in DF.ADDS and len(node.parents) == 1):
+        node = node.parents[0]
+    return node
+
+
 def _factor(rec, node, on: set) -> str:
     """What the op `node` on the scores' way to the values does with its operands off that way (`on`: the ids of the
     scores and of the nodes on it): " multiplied by a 4 x 5 x 5 tensor made by sub, pow, masked_fill from gammas"."""
@@ -1673,9 +1701,9 @@ def _turned_then_scaled(rec) -> tuple | None:
 FINDS = (
     _joined, _offset_ids, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
-    _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
-    _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _row_added,
-    _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept, _feature_head, _uncalled,
+    _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _renormalised, _gain, _output_gate,
+    _clamped, _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice,
+    _row_added, _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept, _feature_head, _uncalled,
     _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed,
     _turned_then_scaled,
 )  # fmt: skip

@@ -65,6 +65,11 @@ First met: 9 of 20 right. Wrong:
   match the size of tensor b (64) at non-singleton dimension 1); pass call= (how to call it) or mapping=", not
   example=.
 
+Fixed since: a layer with no norm whose stream, after the attention's residual sum, goes through ops of its own
+before the next unit is said at the first of them, with the ops (Autoformer's decomposition: repeat, cat,
+avg_pool1d, sub at ``decomp1.moving_avg``); a softmax's weights divided by their sum along another axis than the
+softmax's (PCT's column renormalisation) are said at the division.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
