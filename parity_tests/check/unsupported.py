@@ -1187,7 +1187,8 @@ def _previous_gate(rec) -> tuple | None:
 
 def _activated(rec):
     """(x, h, a, convolved) for each product whose input x holds a, an element-wise function of h, another product's
-    output of the same shape (the activation between two projections); convolved: one of the two is a convolution."""
+    output of the same shape (the activation between two projections), at h's finite entries (flat); convolved: one
+    of the two is a convolution."""
     for second in (n for n in rec.nodes if DF.projection(n)):
         x = next((p for p in second.parents if DF.weight_of(p) is None), None)
         sources = _sources(x) if x is not None and x.index in rec.values else set()
@@ -1195,8 +1196,9 @@ def _activated(rec):
         if first is None or first is x or not DF.projection(first) or first.index not in rec.values:
             continue
         h, a = rec.values[first.index].detach().double(), rec.values[x.index].detach().double()
-        if h.shape == a.shape:
-            yield x, h, a, "conv1d" in (first.op, second.op)
+        seen = h.isfinite() if h.shape == a.shape else None  # not the rows a mask left empty (NaN): no value to read
+        if seen is not None and seen.any():
+            yield x, h[seen], a[seen], "conv1d" in (first.op, second.op)
 
 
 def _activation(rec) -> tuple | Diagnosis | None:

@@ -67,6 +67,11 @@ the advice are right, the message does not name the argument). Wrong:
 - f57_slot.step: "could not judge: the example passes 2 input tensor(s); the reference 'multi_head_attention' takes
   ['query', 'key', 'value']" (``forward(slots, inputs)`` not read as a cross-attention with key = value).
 
+Fixed since: an attention whose queries and keys read its values' input plus a term is said at the attention, the
+term by the keyword the example passes it as (``pos``); an activation is told apart by its finite values only (rows
+a mask left empty on the recording are NaN), so that DETR's decoder layer whose cross-attention lost its residual is
+said at the layer by its wiring, not at its ReLU.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
