@@ -154,7 +154,6 @@ TODAY.update(
     {  # fresh59 as first met
         "f59_ut": ("FAILED with no id and no op: read as three shared layers, the coordinate signal never named"),
         "f59_funnel": "could not judge: the module's output has shape (2, 8, 16), the reference's (3, 8, 16)",
-        "f59_reformer.plain_attention": "could not judge: ... ValueError: cannot reshape array of size 16 into (32,)",
         "f59_mod": "differs at lm_head: every part agrees in situ (past the router's weight at layers.1)",
     }
 )

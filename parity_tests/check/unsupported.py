@@ -346,6 +346,64 @@ def _renormalised(rec) -> tuple | None:
     return None
 
 
+def _coupled(rec) -> tuple | None:
+    """A sublayer (an attention, a feed-forward block) whose output joins a residual sum with a tensor r that its
+    input is not computed from (through no product), nor is computed from its input, nor equals in value the first
+    tensor of its shape its input is computed from (RevNet's coupling, the Reformer's y2 = x2 + feed_forward(norm(y1))
+    on the stream split in equal halves): the reference adds each sublayer's output to the stream it reads. Said at
+    the sum."""
+    if rec.parallel:
+        return None
+    subs = [(a.out_node, a.q[0], "the attention") for a in rec.attentions if a.out_node is not None and a.q]
+    subs += [(rec._product(b[-1]), b[0], f"the feed-forward ({_common(b)})") for b in rec.blocks]
+    for out, weight, kind in sorted((t for t in subs if t[0] is not None), key=lambda t: t[0].index):
+        first = rec._product(weight)
+        x = next((p for p in first.parents if DF.weight_of(p) is None), None) if first is not None else None
+        joins = DF.walk(out.children, lambda n: n.children if n.op in DF.VIEWS | _DROPOUT or _biased(n) else [])
+        add = next((n for n in joins if n.op in DF.ADDS and not _biased(n)), None)
+        if x is None or add is None or len(add.parents) != 2:
+            continue
+        r = add.parents[0] if out in DF.walk([add.parents[1]], lambda n: n.parents) else add.parents[1]
+        behind = list(DF.walk([x], lambda n: [] if n.op in DF.PRODUCTS | DF.MHA | {DF.SDPA} else n.parents))
+        ahead = {id(n) for n in DF.walk([x], lambda n: n.children)}
+        stream = next((n for n in behind[1:] if n.shape == r.shape and n.param is None), None)  # the norm's input
+        if r.param is not None or id(r) in ahead or any(n is r for n in behind) or _equal(rec, stream, r):
+            continue
+        said = "is added to a tensor its input is not computed from: r + f(norm(s)), where the reference's layer adds"
+        return add.module or "(the module)", f"the output of {kind} {said} it to the stream it reads, s + f(norm(s))"
+    return None
+
+
+_DROPOUT = {"dropout", "alpha_dropout", "feature_alpha_dropout"}
+
+
+def _biased(node) -> bool:
+    """A bias (a parameter of one axis) added."""
+    return node.op in DF.ADDS and any(n.param is not None and len(n.shape) == 1 for n in map(DF.root, node.parents))
+
+
+def _equal(rec, a, b) -> bool:
+    """Whether two recorded tensors hold the same values (the Reformer's halves, a stream copied)."""
+    u, v = (None, None) if a is None else (_value(rec, a), _value(rec, b))
+    return u is not None and v is not None and u.shape == v.shape and bool(torch.equal(u, v))
+
+
+def _value(rec, node):
+    """A node's recorded value; a chunk's or split's part (not kept) taken again from the call that made it."""
+    whole = node.parents[0] if node.op in DF.SPLITS and node.parents and isinstance(node.value, int) else None
+    if node.index in rec.values or whole is None or whole.call is None:
+        return rec.values.get(node.index)
+    func, args, kwargs = whole.call
+    return func(*args, **kwargs)[node.value]
+
+
+def _common(block: list) -> str:
+    """The module path holding a feed-forward block's weights."""
+    parts = [w.split(".")[:-1] for w in block]
+    common = [p[0] for p in zip(*parts, strict=False) if len(set(p)) == 1]
+    return ".".join(common) or "the module"
+
+
 def _unshifted(node):
     """`node` seen back through views and a number added (Slot Attention's softmax + eps)."""
     while node.parents and (node.op in DF.VIEWS or node.op in DF.ADDS and len(node.parents) == 1):
@@ -1703,9 +1761,9 @@ def _turned_then_scaled(rec) -> tuple | None:
 FINDS = (
     _joined, _offset_ids, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
-    _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _renormalised, _gain, _output_gate,
-    _clamped, _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice,
-    _row_added, _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept, _feature_head, _uncalled,
-    _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn, _mixed,
-    _turned_then_scaled,
+    _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _renormalised, _coupled, _gain,
+    _output_gate, _clamped, _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams,
+    _token_choice, _row_added, _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept,
+    _feature_head, _uncalled, _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn,
+    _mixed, _turned_then_scaled,
 )  # fmt: skip

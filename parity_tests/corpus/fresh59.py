@@ -59,6 +59,10 @@ First met: 14 of 18 right. Wrong:
 - f59_mod: "differs at lm_head: every part agrees in situ, the output departs after the last: linear in lm_head",
   past the first departure (the router's weight on the update at layers.1).
 
+Fixed since: a sublayer whose output is added to a tensor its input is not computed from (and that differs from
+the stream it reads) is said at the sum, naming the sublayer: the Reformer's y2 = x2 + feed_forward(norm(y1)), the
+first departure on equal halves (a split's parts read again from the call that made them).
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
