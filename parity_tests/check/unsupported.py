@@ -337,8 +337,9 @@ def _renormalised(rec) -> tuple | None:
         weights, out = rec.values.get(s.index), rec.values.get(d.index)
         if weights is None or out is None or weights.shape != out.shape:
             continue
-        axis = next((i for i in range(weights.ndim) if torch.allclose(weights.sum(i), torch.ones(()))), None)
-        if axis is not None and not torch.allclose(out.sum(axis), torch.ones(()), atol=1e-6):
+        one = torch.ones((), dtype=weights.dtype, device=weights.device)
+        axis = next((i for i in range(weights.ndim) if torch.allclose(weights.sum(i), one)), None)
+        if axis is not None and not torch.allclose(out.sum(axis).to(one), one, atol=1e-6):
             over = [i for i, (a, b) in enumerate(zip(below.shape, summed.shape, strict=False)) if a == 1 != b]
             dim = f"dim {over[0]}" if len(below.shape) == len(summed.shape) and over else "another axis"
             said = f"the softmax's weights (over dim {axis}) are divided by their sum over {dim}, renormalised along"
