@@ -348,11 +348,11 @@ def _renormalised(rec) -> tuple | None:
 
 
 def _coupled(rec) -> tuple | None:
-    """A sublayer (an attention, a feed-forward block) whose output joins a residual sum with a tensor r that its
-    input is not computed from (through no product), nor is computed from its input, nor equals in value the first
-    tensor of its shape its input is computed from (RevNet's coupling, the Reformer's y2 = x2 + feed_forward(norm(y1))
-    on the stream split in equal halves): the reference adds each sublayer's output to the stream it reads. Said at
-    the sum."""
+    """A sublayer (an attention, a feed-forward block) whose output joins a residual sum with a tensor r (scaled or
+    not) that its input is not computed from (through no product), nor is computed from its input, nor equals in
+    value the first tensor of its shape its input is computed from (RevNet's coupling, the Reformer's
+    y2 = x2 + feed_forward(norm(y1)) on the stream split in equal halves): the reference adds each sublayer's output
+    to the stream it reads. Said at the sum."""
     if rec.parallel:
         return None
     subs = [(a.out_node, a.q[0], "the attention") for a in rec.attentions if a.out_node is not None and a.q]
@@ -364,7 +364,7 @@ def _coupled(rec) -> tuple | None:
         add = next((n for n in joins if n.op in DF.ADDS and not _biased(n)), None)
         if x is None or add is None or len(add.parents) != 2:
             continue
-        r = add.parents[0] if out in DF.walk([add.parents[1]], lambda n: n.parents) else add.parents[1]
+        r = _unscaled(add.parents[0] if out in DF.walk([add.parents[1]], lambda n: n.parents) else add.parents[1])
         behind = list(DF.walk([x], lambda n: [] if n.op in DF.PRODUCTS | DF.MHA | {DF.SDPA} else n.parents))
         ahead = {id(n) for n in DF.walk([x], lambda n: n.children)}
         stream = next((n for n in behind[1:] if n.shape == r.shape and n.param is None), None)  # the norm's input
@@ -376,6 +376,14 @@ def _coupled(rec) -> tuple | None:
 
 
 _DROPOUT = {"dropout", "alpha_dropout", "feature_alpha_dropout"}
+
+
+def _unscaled(node):
+    """`node` seen back through products by a number or a parameter (the stream scaled before the sum: Granite's
+    residual multiplier on it, DeepNorm's alpha, Admin's omega)."""
+    while node.op in DF.MULS | DF.DIVS and len(computed := [p for p in node.parents if DF.root(p).param is None]) == 1:
+        node = computed[0]
+    return node
 
 
 def _biased(node) -> bool:
