@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import re
 
@@ -21,6 +22,7 @@ from numpy_transformer.scores import alibi_slopes, relative_buckets
 
 from . import dataflow as DF
 from .diagnosis import Diagnosis, relative
+from .wiring import PASSING
 
 
 def differs(where: str, what: str) -> str:
@@ -360,7 +362,7 @@ def _coupled(rec) -> tuple | None:
     for out, weight, kind in sorted((t for t in subs if t[0] is not None), key=lambda t: t[0].index):
         first = rec._product(weight)
         x = next((p for p in first.parents if DF.weight_of(p) is None), None) if first is not None else None
-        joins = DF.walk(out.children, lambda n: n.children if n.op in DF.VIEWS | _DROPOUT or _biased(n) else [])
+        joins = DF.walk(out.children, lambda n: n.children if n.op in PASSING or _biased(n) else [])
         add = next((n for n in joins if n.op in DF.ADDS and not _biased(n)), None)
         if x is None or add is None or len(add.parents) != 2:
             continue
@@ -373,9 +375,6 @@ def _coupled(rec) -> tuple | None:
         said = "is added to a tensor its input is not computed from: r + f(norm(s)), where the reference's layer adds"
         return add.module or "(the module)", f"the output of {kind} {said} it to the stream it reads, s + f(norm(s))"
     return None
-
-
-_DROPOUT = {"dropout", "alpha_dropout", "feature_alpha_dropout"}
 
 
 def _unscaled(node):
@@ -408,8 +407,8 @@ def _value(rec, node):
 
 def _common(block: list) -> str:
     """The module path holding a feed-forward block's weights."""
-    parts = [w.split(".")[:-1] for w in block]
-    common = [p[0] for p in zip(*parts, strict=False) if len(set(p)) == 1]
+    parts = zip(*(w.split(".")[:-1] for w in block), strict=False)
+    common = [p[0] for p in itertools.takewhile(lambda p: len(set(p)) == 1, parts)]
     return ".".join(common) or "the module"
 
 
