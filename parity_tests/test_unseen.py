@@ -100,17 +100,12 @@ CORPORA += (fresh57, fresh58, fresh59, fresh60, fresh61)
 TODAY: dict[str, str] = {}
 TODAY.update(
     {  # fresh57 as first met
-        "f57_detr.hand_decoder.no_residual_second_layer": "no pair at layers.1.ffn.1: 'relu ... none of the ...'",
         "f57_sab.authors_rff": "could not judge: no feed-forward block (relu(Linear) not read as one); pass mapping=",
         "f57_isab": "could not judge: found 2 attentions, the reference 'encoder_layer' has 1; pass mapping=",
     }
 )
 TODAY.update(
     {  # fresh58 as first met
-        "f58_autoformer.layer": (
-            "differs at attention: the layer has no norm with a learned scale (not the decomposition "
-            "decomp1.moving_avg the layer computes in its place)"
-        ),
         "f58_pct.sa_layer": (
             "could not judge: cannot read q_conv.weight (32 rows) as the q, k projection(s) of an "
             "attention of width 32; pass mapping= (q_conv and k_conv one tied weight; untied it "
@@ -122,15 +117,6 @@ TODAY.update(
         "f58_pct.sa_stack.wrong_scale_sa2": (
             "could not judge: cannot read sa1.q_conv.weight (32 rows) as the q, k projection(s) (the tied q/k weight)"
         ),
-        "f58_pct.offset_attention": (
-            "differs at after_norm: batch_norm(x) ... (past the first departure: the column "
-            "renormalisation and x - x_r in the layer's own forward)"
-        ),
-    }
-)
-TODAY.update(
-    {  # fresh59 as first met
-        "f59_reformer.plain_attention": "could not judge: ... ValueError: cannot reshape array of size 16 into (32,)",
     }
 )
 TODAY.update(

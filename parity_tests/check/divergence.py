@@ -351,6 +351,7 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
     own = None if found else _own_eps(check, choice, diverged, where)
     result.unsupported = None if found else own or _rewired(check, choice, diverged, where)
     result.unsupported = result.unsupported or (None if found else _other_angles(check, choice, diverged, where))
+    result.unsupported = result.unsupported or (None if found else _added_to_qk(check, choice, diverged, where))
     if not found and not result.unsupported:
         how = departs(diverged.user, diverged.stage.output, diverged.stage.valid, choice.cfg.n_heads)
         result.unexplained = (
@@ -470,6 +471,34 @@ def _other_angles(check, choice, diverged: Divergence, where: str) -> str | None
         f"{_relation(w / plain)}; the reference's {scaled}RoPE (max_len {cfg.max_len}), for a sequence of "
         f"{lengths[0]}, turns at w = ({_listed(refs[0])}) = {theta:g}^(-2i/{R_}) {_relation(refs[0] / plain)}",
     )
+
+
+def _added_to_qk(check, choice, diverged: Divergence, where: str) -> str | None:
+    """An attention whose queries and keys read its values' input plus a term (DETR's q = k = src + pos, the value
+    src), where the reference's reads one input for all three: said at the attention, the term by the keyword the
+    example's call passes it as (else its parameter's name); None for any other divergence."""
+    flow = check.flow if diverged.stage is not None and diverged.stage.kind == "attention" else None
+    call = next((c for c in flow.calls if c.path == where), None) if flow else None
+    q, k, v = (*call.inputs, None, None, None)[:3] if call else (None,) * 3
+    if q is None or q is not k or v is None or q.op not in DF.ADDS or v not in q.parents:
+        return None
+    term = next((p for p in q.parents if p is not v), None)
+    name = root(term).param if term is not None else _given_as(choice.caller, flow.values, q, v)
+    said = f"the queries and keys read the values' input + {name or 'a tensor the forward is given'}"
+    return differs(where, f"{said} ({q.op} in {q.module or 'the module'}), the values that input alone")
+
+
+def _given_as(caller, values: dict, q, v) -> str | None:
+    """The keyword of the example's call whose tensor `q` adds to `v`: the one float tensor of q's shape it passes
+    that is their recorded values' difference (where v's value is recorded: not the module's own input)."""
+    if caller.template is None:
+        return None
+    made = {n: g(torch.float64, "cpu") if kind == "made" else g for n, (kind, g) in caller.template[1].items()}
+    found = [n for n, g in made.items() if torch.is_tensor(g) and g.is_floating_point() and g.shape == q.shape]
+    if q.index in values and v.index in values:
+        added = (values[q.index] - values[v.index]).double().cpu()
+        found = [n for n in found if torch.allclose(made[n].double(), added, rtol=1e-6, atol=1e-6)]
+    return found[0] if len(found) == 1 else None
 
 
 def _listed(values: np.ndarray) -> str:

@@ -408,6 +408,13 @@ def _refuse_missing(entry, flow, units: Units) -> None:
         return
     layer = flow.attentions[0].module.rpartition(".")[0] or "(the module)"
     what = "the layer has no norm with a learned scale, where each of the reference's has one"
+    done = flow._first_sum
+    ahead = list(DF.walk(done.children, lambda n: [] if n.op in DF.PRODUCTS else n.children)) if done else []
+    until = min((n.index for n in ahead if n.op in DF.PRODUCTS), default=0)
+    ops = sorted((n for n in ahead if n.index < until and n.op not in DF.VIEWS), key=lambda n: n.index)
+    if ops:  # what the stream goes through where a post-norm layer's norm stands (Autoformer's series decomposition)
+        said = ", ".join(dict.fromkeys(f"{n.op} ({n.module or 'the layer'})" for n in ops))
+        layer, what = ops[0].module or layer, f"the attention's sum goes through {said} before the next unit; {what}"
     raise NoPair(layer, what, entry.name)
 
 

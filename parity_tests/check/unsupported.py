@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import re
 
@@ -21,6 +22,7 @@ from numpy_transformer.scores import alibi_slopes, relative_buckets
 
 from . import dataflow as DF
 from .diagnosis import Diagnosis, relative
+from .wiring import PASSING
 
 
 def differs(where: str, what: str) -> str:
@@ -327,20 +329,95 @@ def _weights(rec) -> tuple | None:
 
 
 def _renormalised(rec) -> tuple | None:
-    """An attention's weights made by a softmax along another axis of the scores than the keys' (their last), then
-    divided by their sum over the keys (Slot Attention's softmax over the slots, each slot's weights renormalised):
-    neither the reference's softmax nor the catalogue's over the queries (attention.softmax_wrong_axis)."""
-    for node in (n for n in rec.nodes if n.op in ("softmax", "_softmax") and len(n.shape) >= 2):
-        value, one = rec.values.get(node.index), torch.ones((), dtype=torch.float64)
-        if not isinstance(value, torch.Tensor) or torch.allclose(value.sum(-1).double(), one):
+    """A softmax's weights (a number added to them or not) divided by their own sum over an axis along which the
+    softmax's do not already sum to 1 (PCT's each column over its queries, Slot Attention's each slot's weights over
+    the inputs): the reference's weights are the softmax's as they are. Said at the division."""
+    for d in (n for n in rec.nodes if n.op in DF.DIVS and len(n.parents) == 2):
+        top, below = (_unshifted(p) for p in d.parents)
+        s, summed = DF.root(top), below.parents[0] if below.op == "sum" and below.parents else None
+        if s.op not in ("softmax", "_softmax") or summed is None or _unshifted(summed) is not top:
             continue
-        axis = next((k for k in range(value.ndim - 1) if torch.allclose(value.sum(k).double(), one)), None)
-        ahead = list(DF.walk(node.children, lambda n: n.children if n.op in SCORES_PATH | {"sum"} else []))
-        summed = [n for n in ahead if n.op == "sum" and n.shape[-1:] == (1,) and n.shape[:-1] == node.shape[:-1]]
-        if axis is not None and any(n.op in DF.DIVS and set(n.parents) & set(summed) for n in ahead):
-            said = f"a softmax over axis {axis} of the scores, not the keys, then divided by their sum over the keys"
-            return node.module, f"the attention's weights are {said}"
+        weights, out = rec.values.get(s.index), rec.values.get(d.index)
+        if weights is None or out is None or weights.shape != out.shape:
+            continue
+        one = torch.ones((), dtype=weights.dtype, device=weights.device)
+        axis = next((i for i in range(weights.ndim) if torch.allclose(weights.sum(i), one)), None)
+        if axis is not None and not torch.allclose(out.sum(axis).to(one), one, atol=1e-6):
+            over = [i for i, (a, b) in enumerate(zip(below.shape, summed.shape, strict=False)) if a == 1 != b]
+            dim = f"dim {over[0]}" if len(below.shape) == len(summed.shape) and over else "another axis"
+            said = f"the softmax's weights (over dim {axis}) are divided by their sum over {dim}, renormalised along"
+            return d.module, f"{said} another axis than the softmax's (the reference's: the softmax's, as they are)"
     return None
+
+
+def _coupled(rec) -> tuple | None:
+    """A sublayer (an attention, a feed-forward block) whose output joins a residual sum with a tensor r (scaled or
+    not) that its input is not computed from (through no product), nor is computed from its input, nor equals in
+    value the first tensor of its shape its input is computed from (RevNet's coupling, the Reformer's
+    y2 = x2 + feed_forward(norm(y1)) on the stream split in equal halves): the reference adds each sublayer's output
+    to the stream it reads. Said at the sum."""
+    if rec.parallel:
+        return None
+    subs = [(a.out_node, a.q[0], "the attention") for a in rec.attentions if a.out_node is not None and a.q]
+    subs += [(rec._product(b[-1]), b[0], f"the feed-forward ({_common(b)})") for b in rec.blocks]
+    for out, weight, kind in sorted((t for t in subs if t[0] is not None), key=lambda t: t[0].index):
+        first = rec._product(weight)
+        x = next((p for p in first.parents if DF.weight_of(p) is None), None) if first is not None else None
+        joins = DF.walk(out.children, lambda n: n.children if n.op in PASSING or _biased(n) else [])
+        add = next((n for n in joins if n.op in DF.ADDS and not _biased(n)), None)
+        if x is None or add is None or len(add.parents) != 2:
+            continue
+        r = _unscaled(add.parents[0] if out in DF.walk([add.parents[1]], lambda n: n.parents) else add.parents[1])
+        behind = list(DF.walk([x], lambda n: [] if n.op in DF.PRODUCTS | DF.MHA | {DF.SDPA} else n.parents))
+        ahead = {id(n) for n in DF.walk([x], lambda n: n.children)}
+        stream = next((n for n in behind[1:] if n.shape == r.shape and n.param is None), None)  # the norm's input
+        if r.param is not None or id(r) in ahead or any(n is r for n in behind) or _equal(rec, stream, r):
+            continue
+        said = "is added to a tensor its input is not computed from: r + f(norm(s)), where the reference's layer adds"
+        return add.module or "(the module)", f"the output of {kind} {said} it to the stream it reads, s + f(norm(s))"
+    return None
+
+
+def _unscaled(node):
+    """`node` seen back through products by a number or a parameter (the stream scaled before the sum: Granite's
+    residual multiplier on it, DeepNorm's alpha, Admin's omega)."""
+    while node.op in DF.MULS | DF.DIVS and len(computed := [p for p in node.parents if DF.root(p).param is None]) == 1:
+        node = computed[0]
+    return node
+
+
+def _biased(node) -> bool:
+    """A bias (a parameter of one axis) added."""
+    return node.op in DF.ADDS and any(n.param is not None and len(n.shape) == 1 for n in map(DF.root, node.parents))
+
+
+def _equal(rec, a, b) -> bool:
+    """Whether two recorded tensors hold the same values (the Reformer's halves, a stream copied)."""
+    u, v = (None, None) if a is None else (_value(rec, a), _value(rec, b))
+    return u is not None and v is not None and u.shape == v.shape and bool(torch.equal(u, v))
+
+
+def _value(rec, node):
+    """A node's recorded value; a chunk's or split's part (not kept) taken again from the call that made it."""
+    whole = node.parents[0] if node.op in DF.SPLITS and node.parents and isinstance(node.value, int) else None
+    if node.index in rec.values or whole is None or whole.call is None:
+        return rec.values.get(node.index)
+    func, args, kwargs = whole.call
+    return func(*args, **kwargs)[node.value]
+
+
+def _common(block: list) -> str:
+    """The module path holding a feed-forward block's weights."""
+    parts = zip(*(w.split(".")[:-1] for w in block), strict=False)
+    common = [p[0] for p in itertools.takewhile(lambda p: len(set(p)) == 1, parts)]
+    return ".".join(common) or "the module"
+
+
+def _unshifted(node):
+    """`node` seen back through views and a number added (Slot Attention's softmax + eps)."""
+    while node.parents and (node.op in DF.VIEWS or node.op in DF.ADDS and len(node.parents) == 1):
+        node = node.parents[0]
+    return node
 
 
 def _factor(rec, node, on: set) -> str:
@@ -1218,7 +1295,8 @@ def _previous_gate(rec) -> tuple | None:
 
 def _activated(rec):
     """(x, h, a, convolved) for each product whose input x holds a, an element-wise function of h, another product's
-    output of the same shape (the activation between two projections); convolved: one of the two is a convolution."""
+    output of the same shape (the activation between two projections), at h's finite entries (flat); convolved: one
+    of the two is a convolution."""
     for second in (n for n in rec.nodes if DF.projection(n)):
         x = next((p for p in second.parents if DF.weight_of(p) is None), None)
         sources = _sources(x) if x is not None and x.index in rec.values else set()
@@ -1226,8 +1304,9 @@ def _activated(rec):
         if first is None or first is x or not DF.projection(first) or first.index not in rec.values:
             continue
         h, a = rec.values[first.index].detach().double(), rec.values[x.index].detach().double()
-        if h.shape == a.shape:
-            yield x, h, a, "conv1d" in (first.op, second.op)
+        seen = h.isfinite() if h.shape == a.shape else None  # not the rows a mask left empty (NaN): no value to read
+        if seen is not None and seen.any():
+            yield x, h[seen], a[seen], "conv1d" in (first.op, second.op)
 
 
 def _activation(rec) -> tuple | Diagnosis | None:
@@ -1815,9 +1894,9 @@ def _turned_then_scaled(rec) -> tuple | None:
 FINDS = (
     _joined, _offset_ids, _tables_summed, _windows, _renormed, _embedding_scale, _pattern, _read_back, _mask_by_row,
     _norm_after_rotary, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _batch_norm, _glu,
-    _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _gain, _output_gate, _clamped,
-    _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams, _token_choice, _biased_gates,
-    _row_added, _signal_added, _running_sum, _learned_scale, _conditioned, _pooled, _picked, _positions_kept,
-    _feature_head, _uncalled, _prepended, _shifted_copies, _token_shift, _recurrence, _learned_queries, _foreign, _rnn,
-    _mixed, _turned_then_scaled, _argument_added, _renormalised,
+    _previous_gate, score_terms, clamped_scores, _cross_mask, _macaron, _weights, _renormalised, _coupled, _gain,
+    _output_gate, _clamped, _rounded, _activation, _value_embedding, _value_residual, _depth_weights, _streams,
+    _token_choice, _biased_gates, _row_added, _signal_added, _running_sum, _learned_scale, _conditioned, _pooled,
+    _picked, _positions_kept, _feature_head, _uncalled, _prepended, _shifted_copies, _token_shift, _recurrence,
+    _learned_queries, _foreign, _rnn, _mixed, _turned_then_scaled, _argument_added,
 )  # fmt: skip

@@ -78,7 +78,10 @@ keys, the hand layer's ``pos`` on all three). A module's output holding fewer po
 that first makes fewer from it (the PMA's attention of 2 learned seeds over the 6 states its ``rff`` computes, said
 where the seeds are held, ``dec.0``); an example passing two tensors to ``multi_head_attention`` is read as the query
 and one memory (key = value), and attention weights made by a softmax across another axis than the keys', then divided
-by their sum over the keys (Slot Attention's), are said at the module.
+by their sum over the keys (Slot Attention's), are said at the module. An attention whose queries and keys read its
+values' input plus a term is said at the attention, the term by the keyword the example passes it as (``pos``); an
+activation is told apart by its finite values only (rows a mask left empty on the recording are NaN), so that DETR's
+decoder layer whose cross-attention lost its residual is said at the layer by its wiring, not at its ReLU.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """

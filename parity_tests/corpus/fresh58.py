@@ -72,7 +72,10 @@ example= nor call= given), the answer asks for example= too: f58_chess.body.no_e
 stand for an example's input, the example's own call is read: an input of more axes than (B, T, D) is said at the first
 op reading its tokens in groups (the divided block's scores over each patch's frames, ViViT's cat of ``space_token``
 beside each frame's patches), one of another width than the attentions read at the projection that widens it (PCT's
-per-point MLP, ``embedding.0``).
+per-point MLP, ``embedding.0``). A layer with no norm whose stream, after the attention's residual sum, goes through ops
+of its own before the next unit is said at the first of them, with the ops (Autoformer's decomposition: repeat, cat,
+avg_pool1d, sub at ``decomp1.moving_avg``); a softmax's weights divided by their sum along another axis than the
+softmax's (PCT's column renormalisation) are said at the division.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """

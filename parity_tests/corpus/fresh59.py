@@ -65,7 +65,9 @@ holds no weight is no longer set aside for lying before the first part that dive
 is said at `coordinate_embedding`. A top-k records the axis it picks along, so that a mixture of depths whose k is every
 position (the top-k's output as long as its input) is still read as tokens routed past a block, said at its router. A
 module's output holding fewer positions than its input is said at the op that first makes fewer from it (the Funnel's
-``avg_pool1d``, in the encoder's forward).
+``avg_pool1d``, in the encoder's forward). A sublayer whose output is added to a tensor its input is not computed from
+(and that differs from the stream it reads) is said at the sum, naming the sublayer: the Reformer's y2 = x2 +
+feed_forward(norm(y1)), the first departure on equal halves (a split's parts read again from the call that made them).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
