@@ -132,17 +132,6 @@ TODAY.update(
             "differs at attention: the layer has no norm with a learned scale (not the decomposition "
             "decomp1.moving_avg the layer computes in its place)"
         ),
-        "f58_pct.sa_layer": (
-            "could not judge: cannot read q_conv.weight (32 rows) as the q, k projection(s) of an "
-            "attention of width 32; pass mapping= (q_conv and k_conv one tied weight; untied it "
-            "passes)"
-        ),
-        "f58_pct.sa_stack": (
-            "could not judge: cannot read sa1.q_conv.weight (32 rows) as the q, k projection(s) (the tied q/k weight)"
-        ),
-        "f58_pct.sa_stack.wrong_scale_sa2": (
-            "could not judge: cannot read sa1.q_conv.weight (32 rows) as the q, k projection(s) (the tied q/k weight)"
-        ),
         "f58_pct.offset_attention": (
             "differs at after_norm: batch_norm(x) ... (past the first departure: the column "
             "renormalisation and x - x_r in the layer's own forward)"

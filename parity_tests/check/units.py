@@ -175,7 +175,7 @@ def _units(entry, found, units: Units) -> None:
         units.attentions = [
             {r: _pieces(by, getattr(a, r), a.module) for r in ROLES}
             | {"columns": a.columns, "sinks": _sinks(flow, a, found.names), "latent": _latent(by, a, units)}
-            | {"sliced": _sliced(flow.attentions, a)}
+            | {"sliced": _sliced(flow.attentions, a), "tied": a.tied}
             for a in flow.attentions
         ]
         _queries_first(units.attentions)
@@ -719,6 +719,8 @@ def _rows(attention: dict, piece, width: int) -> dict:
     / (query pieces) for the query and the rest split evenly between the key and value it holds (narrower with
     grouped-query attention)."""
     roles = [r for r in "qkv" if any(p is piece for p in attention[r])]
+    if piece.weight in attention["tied"]:  # W_q = W_k: all its rows each role's
+        return dict.fromkeys(roles, piece.out_features)
     held = attention["columns"].get(piece.weight, {})
     first = sorted(c for cols in held.values() for c in cols) == list(range(sum(map(len, held.values()))))
     first = first or piece.weight in attention["sliced"]  # a sliced projection's rows: as read, wherever they sit
@@ -789,14 +791,16 @@ class Linker:
             )
         return unit
 
-    def piece(self, piece, parts: list, hold_bias: bool) -> None:
+    def piece(self, piece, parts: list, hold_bias: bool, again: bool = False) -> None:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
-        and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
+        and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases).
+        `again`: the piece linked once more, a tie (mapping.ties), not parts stacked after its first link's."""
         layout = dict(transposed=piece.transposed, heads=piece.heads, each_transposed=piece.each_transposed)
         layout |= dict(axes=piece.axes)
-        self._stack(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], **layout))
+        add = self.links.append if again else self._stack
+        add(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], **layout))
         if piece.bias is not None:  # a bias shared by several pieces (a packed q, k, v one): their parts stacked
-            self._stack(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
+            add(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
         elif hold_bias:  # held once, however many pieces (one per head) lack it
             self.zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in self.zero]
 
@@ -934,6 +938,10 @@ class Linker:
     def _projection(self, attention: dict, piece, names: dict) -> None:
         """One q, k or v piece of `attention` (a fused one's roles' rows as the flow read them), linked to `names`."""
         latent, heads = attention["latent"], self.cfg.n_heads
+        if piece.weight in attention["tied"]:  # W_q = W_k: the one tensor linked to q_proj, then again to k_proj
+            for again, r in enumerate("qk"):
+                self.piece(piece, [(names[r], None)], self.cfg.bias, bool(again))
+            return
         parts, rows = [], _rows(attention, piece, self.units.width)
         for r, n in rows.items():
             i, many = next(i for i, p in enumerate(attention[r]) if p is piece), len(attention[r]) > 1

@@ -65,6 +65,11 @@ First met: 9 of 20 right. Wrong:
   match the size of tensor b (64) at non-singleton dimension 1); pass call= (how to call it) or mapping=", not
   example=.
 
+Fixed since: a weight the queries and the keys each project the input by, a product of its own apiece (PCT's
+``q_conv`` and ``k_conv`` one tensor), is read as a tie, not as a fused projection whose rows the two split: linked to
+the reference's q and k projections both, the reference run with them equal and the tensor's gradient compared with
+the sum of theirs (a note says so), as a module run again is read.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
