@@ -107,8 +107,6 @@ TODAY.update(
         "f57_detr.decoder_layer.query_pos": "could not judge: the forward raised: query_pos (T, B, D) not widened",
         "f57_detr.hand_encoder.pos_on_values_second_layer": "FAILED, no id, no op: unexplained at layers.0.self_attn",
         "f57_detr.hand_decoder.no_residual_second_layer": "no pair at layers.1.ffn.1: 'relu ... none of the ...'",
-        "f57_sab.authors_rff": "could not judge: no feed-forward block (relu(Linear) not read as one); pass mapping=",
-        "f57_isab": "could not judge: found 2 attentions, the reference 'encoder_layer' has 1; pass mapping=",
         "f57_set_transformer": "could not judge: the output has shape (2, 6, 32), the reference's (3, 6, 32)",
         "f57_slot.step": "could not judge: the example passes 2 input tensors; 'multi_head_attention' takes 3",
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -1034,12 +1035,30 @@ def _refuse_attention_alone(lk: Linker) -> None:
     reference's layers has one, and no map stands for math the module lacks."""
     if lk.units.attentions and not lk.units.blocks:
         flow = lk.found.flow
+        lone = _lone_projection(flow) if flow is not None else None
+        if lone is not None:
+            raise NoPair(*lone, lk.entry.name)
         where = ", ".join(dict.fromkeys(a.module for a in flow.attentions)) if flow is not None else ""
         raise ValueError(
             f"no feed-forward block in the module's layers (attention alone{': ' * bool(where)}{where}), where each "
             f"layer of the reference {lk.entry.name!r} has one, and no mapping= stands for math the module lacks; "
             "pass a model whose layers run one, or each attention alone at the 'multi_head_attention' level"
         )
+
+
+def _lone_projection(flow) -> tuple | None:
+    """(where, what) for an activation after the first attention that reads one projection no attention holds, no
+    feed-forward block having been read: a feed-forward of one linear (the Set Transformer authors' relu(fc_o(O))),
+    where each of the reference's has a second projection after its activation; else None."""
+    start = min((a.out_node.index for a in flow.attentions if a.out_node is not None), default=0)
+    for act in (n for n in flow.nodes if n.op in DF.ACTIVATIONS and n.index > start and n.parents):
+        weights = DF.back(act.parents[0])[0]
+        if len(weights) == 1 and weights[0] not in flow.roles:
+            product = next(n for n in flow.nodes if DF.projection(n) == weights[0])
+            where = [m.split(".") for m in (product.module, act.module)]
+            what = f"{act.op}({weights[0].rpartition('.')[0]}(x)) with no projection after it: a feed-forward block "
+            return ".".join(os.path.commonprefix(where)) or "(the module)", what + "of one linear (the reference's two)"
+    return None
 
 
 def _link_stacks(lk: Linker) -> None:

@@ -67,6 +67,11 @@ the advice are right, the message does not name the argument). Wrong:
 - f57_slot.step: "could not judge: the example passes 2 input tensor(s); the reference 'multi_head_attention' takes
   ['query', 'key', 'value']" (``forward(slots, inputs)`` not read as a cross-attention with key = value).
 
+Fixed since: an activation after the attention reading one projection no attention holds, where no feed-forward
+block of two is read (the authors' ``relu(fc_o(O))``), is said where the two run, a feed-forward of one linear; the
+queries of an ``nn.MultiheadAttention`` read from a parameter's rows alone (ISAB's inducing points) are said as
+learned queries, as a hand-written attention's are.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
