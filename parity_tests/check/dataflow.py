@@ -1078,11 +1078,14 @@ def _attention(node: Node) -> Attention | None:
 
 
 def _tied(q: Node, k: Node, weights: set) -> set:
-    """Those of `weights` the queries and the keys each reach by a product of their own: one tensor projecting the
-    input twice (PCT's q_conv and k_conv, W_q = W_k), a tie, not a fused projection whose rows the two split."""
+    """Those of `weights` the queries and the keys each reach by a product of their own that reads all of it: one
+    tensor projecting the input twice (PCT's q_conv and k_conv, W_q = W_k), a tie, not a fused projection whose rows
+    the two split (in one product, or each its chunk)."""
     nearest = lambda n: [] if projection(n) else _behind(n)  # noqa: E731
-    at_q = {n.index: projection(n) for n in walk([q], nearest) if projection(n)}
-    return weights - {projection(n) for n in walk([k], nearest) if n.index in at_q}
+    ends = lambda t: {n.index: n for n in walk([t], nearest) if projection(n) in weights}  # noqa: E731
+    at_q, at_k = ends(q), ends(k)
+    whole = lambda n: all(np.prod(p.shape) == np.prod(root(p).shape) for p in n.parents if weight_of(p))  # noqa: E731
+    return weights - {projection(n) for i, n in (at_q | at_k).items() if i in at_q.keys() & at_k.keys() or not whole(n)}
 
 
 def _heads(q: Node, node: Node) -> int | None:
