@@ -99,27 +99,6 @@ CORPORA += (fresh57, fresh58, fresh59, fresh60, fresh61)
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
 TODAY.update(
-    {  # fresh57 as first met
-        "f57_sab.authors_rff": "could not judge: no feed-forward block (relu(Linear) not read as one); pass mapping=",
-        "f57_isab": "could not judge: found 2 attentions, the reference 'encoder_layer' has 1; pass mapping=",
-    }
-)
-TODAY.update(
-    {  # fresh58 as first met
-        "f58_pct.sa_layer": (
-            "could not judge: cannot read q_conv.weight (32 rows) as the q, k projection(s) of an "
-            "attention of width 32; pass mapping= (q_conv and k_conv one tied weight; untied it "
-            "passes)"
-        ),
-        "f58_pct.sa_stack": (
-            "could not judge: cannot read sa1.q_conv.weight (32 rows) as the q, k projection(s) (the tied q/k weight)"
-        ),
-        "f58_pct.sa_stack.wrong_scale_sa2": (
-            "could not judge: cannot read sa1.q_conv.weight (32 rows) as the q, k projection(s) (the tied q/k weight)"
-        ),
-    }
-)
-TODAY.update(
     {  # fresh61 as first met
         "f61_tutorial_lm.seq_first_pe_buffer": (
             "FAILED with no id and no op: 'unexplained: encoder.layers.0.self_attn ... diverges' (row"

@@ -612,6 +612,7 @@ class Attention:
     factor: float = 1.0  # the numbers the scores are multiplied (or divided) by on their way to the softmax
     turned: list = field(default_factory=list)  # the cos, sin or polar ops the queries are turned by (RoPE) in forward
     latent: list = field(default_factory=list)  # MLA's: kv down projection's weight, its norm's scale (and q's: V3's)
+    tied: set = field(default_factory=set)  # weights q and k each read by a product of its own (W_q = W_k: a tie)
 
 
 @dataclass
@@ -1121,9 +1122,21 @@ def _attention(node: Node) -> Attention | None:
         found.factor = float(np.prod([_factor(n) for n in scaled]))  # on the scores' path, not a term's (T5's log)
     elif node.op == SDPA and isinstance(node.value, tuple):  # its scale, given or 1 / sqrt(Dh)
         found.factor = float(node.value[5] if node.value[5] is not None else q.shape[-1] ** -0.5)
-    for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
+    found.tied = _tied(q, k, set(qw) & set(kw))
+    for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1} - found.tied:  # a fused one: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found
+
+
+def _tied(q: Node, k: Node, weights: set) -> set:
+    """Those of `weights` the queries and the keys each reach by a product of their own that reads all of it: one
+    tensor projecting the input twice (PCT's q_conv and k_conv, W_q = W_k), a tie, not a fused projection whose rows
+    the two split (in one product, or each its chunk)."""
+    nearest = lambda n: [] if projection(n) else _behind(n)  # noqa: E731
+    ends = lambda t: {n.index: n for n in walk([t], nearest) if projection(n) in weights}  # noqa: E731
+    at_q, at_k = ends(q), ends(k)
+    whole = lambda n: all(np.prod(p.shape) == np.prod(root(p).shape) for p in n.parents if weight_of(p))  # noqa: E731
+    return weights - {projection(n) for i, n in (at_q | at_k).items() if i in at_q.keys() & at_k.keys() or not whole(n)}
 
 
 def _heads(q: Node, node: Node) -> int | None:

@@ -764,9 +764,20 @@ def fully_padded_source(check: Check, choice: Choice, result: Result) -> None:
 TIED = "judged as reference layers holding the same weights, each of its gradients against the sum of theirs"
 
 
+def _tied_within(links: list) -> list:
+    """A note for each user tensor the links tie within one reference unit (W_q = W_k: read as both q and k)."""
+    within = [(a, b) for a, b in MP.ties(links) if DV.unit_of(a[0]) == DV.unit_of(b[0])]
+    users = {b: link.user for link in links for b in link.parts}
+    return [
+        f"{users[b]} is {a[0]} and {b[0]} at once (one tensor read twice): judged with the two equal, its gradient "
+        "against the sum of theirs"
+        for a, b in within
+    ]
+
+
 def _run_again(links: list) -> list:
     """[the module holding every user tensor the links tie across layers (their common path)], or [] where none is."""
-    tied = {b for _, b in MP.ties(links)}
+    tied = {b for a, b in MP.ties(links) if DV.unit_of(a[0]) != DV.unit_of(b[0])}
     paths = [u.split(".")[:-1] for u in dict.fromkeys(k.user for k in links if tied & set(k.parts))]
     common = []
     for parts in zip(*paths, strict=False):
@@ -801,6 +812,7 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
         result.assumed, result.confirmed = conventions, False
     result.notes += check.notes
     result.notes += [f"{part} runs again with the same weights: {TIED}" for part in _run_again(layout.links)]
+    result.notes += _tied_within(layout.links)
     if entry.stands_for is not None:
         result.notes.append(
             "torch.nn.Transformer: judged as the reference's encoder and decoder stacks on "

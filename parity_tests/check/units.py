@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -177,7 +178,7 @@ def _units(entry, found, units: Units) -> None:
         units.attentions = [
             {r: _pieces(by, getattr(a, r), a.module) for r in ROLES}
             | {"columns": a.columns, "sinks": _sinks(flow, a, found.names), "latent": _latent(by, a, units)}
-            | {"sliced": _sliced(flow.attentions, a)}
+            | {"sliced": _sliced(flow.attentions, a), "tied": a.tied}
             for a in flow.attentions
         ]
         _queries_first(units.attentions)
@@ -735,6 +736,8 @@ def _rows(attention: dict, piece, width: int) -> dict:
     / (query pieces) for the query and the rest split evenly between the key and value it holds (narrower with
     grouped-query attention)."""
     roles = [r for r in "qkv" if any(p is piece for p in attention[r])]
+    if piece.weight in attention["tied"]:  # W_q = W_k: all its rows each role's
+        return dict.fromkeys(roles, piece.out_features)
     held = attention["columns"].get(piece.weight, {})
     first = sorted(c for cols in held.values() for c in cols) == list(range(sum(map(len, held.values()))))
     first = first or piece.weight in attention["sliced"]  # a sliced projection's rows: as read, wherever they sit
@@ -805,14 +808,16 @@ class Linker:
             )
         return unit
 
-    def piece(self, piece, parts: list, hold_bias: bool) -> None:
+    def piece(self, piece, parts: list, hold_bias: bool, again: bool = False) -> None:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
-        and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
+        and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases).
+        `again`: the piece linked once more, a tie (mapping.ties), not parts stacked after its first link's."""
         layout = dict(transposed=piece.transposed, heads=piece.heads, each_transposed=piece.each_transposed)
         layout |= dict(axes=piece.axes)
-        self._stack(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], **layout))
+        add = self.links.append if again else self._stack
+        add(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], **layout))
         if piece.bias is not None:  # a bias shared by several pieces (a packed q, k, v one): their parts stacked
-            self._stack(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
+            add(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
         elif hold_bias:  # held once, however many pieces (one per head) lack it
             self.zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in self.zero]
 
@@ -964,6 +969,10 @@ class Linker:
     def _projection(self, attention: dict, piece, names: dict) -> None:
         """One q, k or v piece of `attention` (a fused one's roles' rows as the flow read them), linked to `names`."""
         latent, heads = attention["latent"], self.cfg.n_heads
+        if piece.weight in attention["tied"]:  # W_q = W_k: the one tensor linked to q_proj, then again to k_proj
+            for again, r in enumerate("qk"):
+                self.piece(piece, [(names[r], None)], self.cfg.bias, bool(again))
+            return
         parts, rows = [], _rows(attention, piece, self.units.width)
         for r, n in rows.items():
             i, many = next(i for i, p in enumerate(attention[r]) if p is piece), len(attention[r]) > 1
@@ -1056,12 +1065,30 @@ def _refuse_attention_alone(lk: Linker) -> None:
     reference's layers has one, and no map stands for math the module lacks."""
     if lk.units.attentions and not lk.units.blocks:
         flow = lk.found.flow
+        lone = _lone_projection(flow) if flow is not None else None
+        if lone is not None:
+            raise NoPair(*lone, lk.entry.name)
         where = ", ".join(dict.fromkeys(a.module for a in flow.attentions)) if flow is not None else ""
         raise ValueError(
             f"no feed-forward block in the module's layers (attention alone{': ' * bool(where)}{where}), where each "
             f"layer of the reference {lk.entry.name!r} has one, and no mapping= stands for math the module lacks; "
             "pass a model whose layers run one, or each attention alone at the 'multi_head_attention' level"
         )
+
+
+def _lone_projection(flow) -> tuple | None:
+    """(where, what) for an activation after the first attention that reads one projection no attention holds, no
+    feed-forward block having been read: a feed-forward of one linear (the Set Transformer authors' relu(fc_o(O))),
+    where each of the reference's has a second projection after its activation; else None."""
+    start = min((a.out_node.index for a in flow.attentions if a.out_node is not None), default=0)
+    for act in (n for n in flow.nodes if n.op in DF.ACTIVATIONS and n.index > start and n.parents):
+        weights = DF.back(act.parents[0])[0]
+        if len(weights) == 1 and weights[0] not in flow.roles:
+            product = next(n for n in flow.nodes if DF.projection(n) == weights[0])
+            where = [m.split(".") for m in (product.module, act.module)]
+            what = f"{act.op}({weights[0].rpartition('.')[0]}(x)) with no projection after it: a feed-forward block "
+            return ".".join(os.path.commonprefix(where)) or "(the module)", what + "of one linear (the reference's two)"
+    return None
 
 
 def _link_stacks(lk: Linker) -> None:

@@ -1449,6 +1449,8 @@ def _learned_queries(rec) -> tuple | None:
     for a in rec.attentions:
         read = next((n for n in rec.nodes if a.q and DF.projection(n) == a.q[0]), None)
         x = next((p for p in read.parents if DF.weight_of(p) is None), None) if read is not None else None
+        mha = a.out_node if a.out_node is not None and a.out_node.op in DF.MHA else None
+        x = mha.parents[0] if mha is not None and mha.parents else x  # nn.MultiheadAttention's query
         up = list(DF.walk([x], lambda n: n.parents)) if x is not None else []
         rows = [n for n in up if n.param is not None and len(n.shape) >= 2]
         looked = any(n.op in ("embedding", "__getitem__") and isinstance(n.value, np.ndarray) for n in up)  # W_E[ids]

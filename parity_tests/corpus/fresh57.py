@@ -81,7 +81,11 @@ and one memory (key = value), and attention weights made by a softmax across ano
 by their sum over the keys (Slot Attention's), are said at the module. An attention whose queries and keys read its
 values' input plus a term is said at the attention, the term by the keyword the example passes it as (``pos``); an
 activation is told apart by its finite values only (rows a mask left empty on the recording are NaN), so that DETR's
-decoder layer whose cross-attention lost its residual is said at the layer by its wiring, not at its ReLU.
+decoder layer whose cross-attention lost its residual is said at the layer by its wiring, not at its ReLU. An activation
+after the attention reading one projection no attention holds, where no feed-forward block of two is read (the authors'
+``relu(fc_o(O))``), is said where the two run, a feed-forward of one linear; the queries of an ``nn.MultiheadAttention``
+read from a parameter's rows alone (ISAB's inducing points) are said as learned queries, as a hand-written attention's
+are.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """

@@ -75,7 +75,10 @@ beside each frame's patches), one of another width than the attentions read at t
 per-point MLP, ``embedding.0``). A layer with no norm whose stream, after the attention's residual sum, goes through ops
 of its own before the next unit is said at the first of them, with the ops (Autoformer's decomposition: repeat, cat,
 avg_pool1d, sub at ``decomp1.moving_avg``); a softmax's weights divided by their sum along another axis than the
-softmax's (PCT's column renormalisation) are said at the division.
+softmax's (PCT's column renormalisation) are said at the division. A weight the queries and the keys each project the
+input by, a product of its own apiece (PCT's ``q_conv`` and ``k_conv`` one tensor), is read as a tie, not as a fused
+projection whose rows the two split: linked to the reference's q and k projections both, the reference run with them
+equal and the tensor's gradient compared with the sum of theirs (a note says so), as a module run again is read.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
