@@ -46,7 +46,7 @@ departure is its queries, the learned ``slots_mu``: no pair at the module.
 First met: 9 of 20 right (f57_detr.pos_required's words, first "pos", set to "pass call=" after the run: the class and
 the advice are right, the message does not name the argument). Wrong:
 
-- f57_detr.encoder_layer and f57_detr.encoder: FAILED with no id and no op, "unexplained: self_attn ... diverges":
+- f57_detr.encoder_layer and f57_detr.encoder: FAILED with no id and no op, "unexplained: self_attn ... diverges";
   DETR's (T, B, D) read as ``batch_first=True`` and "mask=none (the module takes no mask)" (the same with a batch of
   3); DETR's decoder stack, sequence-first too, passes;
 - f57_detr.encoder_layer.pos and f57_detr.decoder_layer.query_pos: "could not judge: the module's forward could not be

@@ -17,8 +17,8 @@ step vector) and its mixture of depths (top half, sigmoid weights) are not repea
   keys and values, its residual the pooled states: T = 8 in, 4 out;
 - a Reformer LM (Kitaev et al. 2020): the stream duplicated into two halves (`torch.cat([x, x], -1)`), reversible
   layers y1 = x1 + attention(norm(x2)), y2 = x2 + feed_forward(norm(y1)), the halves joined under a LayerNorm of
-  2 D; its attention shared-QK (one `query_key` projection, keys the queries `F.normalize`d, a query's own key at
-  -1e5 so it is read only when alone), and the same model with an ordinary causal attention;
+  2 D; its attention shared-QK (one `query_key` projection, keys the queries normalised by `F.normalize`, a
+  query's own key at -1e5 so it is read only when alone), and the same model with an ordinary causal attention;
 - Mixture-of-Depths (Raposo et al. 2024): a GPT whose second layer's `router` (Linear(D, 1)) picks the top k tokens
   (kept in order) to go through the block, each update multiplied by its raw router weight, the others skipping it;
   k = T here, so every token passes;

@@ -58,9 +58,9 @@ First met: 13 of 19 right (f61_block.batch_first_false counted right, see above)
 - f61_tutorial_lm.seq_first_pe_buffer: FAILED with no id and no op ("unexplained: encoder.layers.0.self_attn
   (reference decoder.layers.0.self_attn) diverges ... no catalogue variant reproduces it"), judged under
   batch_first=False; the positions read at the batch index never named at `pos_encoder`.
-- f61_seq2seq.no_tgt_mask and f61_seq2seq.tgt_unscaled: "could not judge: RuntimeError: Internal error:
-  NestedTensorImpl doesn't support sizes. Please file an issue.; pass call= ... or mapping=", though both models run in
-  float32 and float64, with and without grad, on padded sources (the correct f61_seq2seq passes).
+- f61_seq2seq.no_tgt_mask and f61_seq2seq.tgt_unscaled: "could not judge: RuntimeError: Internal
+  error: NestedTensorImpl doesn't support sizes. Please file an issue.; pass call= ... or mapping=", though both models
+  run in float32 and float64, with and without grad, on padded sources (the correct f61_seq2seq passes).
 - f61_sentence_encoder.batch_first_false: "attention.mask_inverted at encoder.layers.0.self_attn ... (variant error
   0.0e+00)": no mask is built anywhere; the attention runs across the batch.
 
