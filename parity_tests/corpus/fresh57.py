@@ -37,7 +37,10 @@ one-Linear rFF (relu(W h + b), no second projection) it is math the reference la
 first attention reads its queries from learned rows (``I``), no input: no pair at the module holding them. In the
 whole Set Transformer the two SABs are the reference's two layers; the PMA then first runs its rFF on the encoder's
 output (a feed-forward with no residual and no norm, before the seeds ``S`` are read): no pair at ``dec.0``, naming
-``dec.0.rff`` (first written as the seeds' rows, put right after the run: the rFF runs first). Slot Attention's step:
+the seeds' learned rows (first written so, then changed to ``dec.0.rff`` by the writer after the run, since the rFF
+runs first; put back by the maintainer after the fixes: the rFF's output reaches the attention as its keys and values,
+as a layer's stream does, and what no reference layer does is to take its queries from a parameter, as ISAB's ``I``,
+said at the module holding them). Slot Attention's step:
 the softmax over the slots is ``attention.softmax_wrong_axis``'s shape, but the weights are then renormalised over the
 inputs, which the catalogue's variant does not do (they differ by 0.43; by 0.06 from the softmax over the keys): no pair
 at the module (a ``multi_head_attention`` of one head, judged on the slots and the inputs). The whole module's first
@@ -604,7 +607,7 @@ CASES = [
         set_transformer,
         "encoder_stack",
         {"example": set_example()},
-        ("no pair", "dec.0", "dec.0.rff"),
+        ("no pair", "dec.0", "learned rows of dec.0.S"),
     ),
     (
         "f57_slot.step",
